@@ -1,0 +1,107 @@
+"""Build of the zarrdb._core extension: Cython around the vendored SQLite amalgamation.
+
+Project metadata lives in pyproject.toml; this file holds what setuptools cannot express there:
+the extension, and the SQLite compile options in one list.
+
+Environment:
+    ZARRDB_SYSTEM_SQLITE=1   build against the system libsqlite3 instead of vendor/sqlite3/
+                             (for distributions; the compile options below then do not apply).
+    ZARRDB_DEBUG=1           no optimisation, debug symbols, SQLite's internal assertions off
+                             still (for valgrind / sanitizers).
+"""
+
+import os
+import sys
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+# The SQLite compile options, each with the reason it is set. They are passed as macros, so
+# gcc, clang and MSVC all take them the same way.
+SQLITE_OPTIONS = [
+    # Multi-thread mode: a connection is used by one thread at a time (zarrdb gives each thread
+    # its own and checks it), so SQLite's per-connection mutexes are pure overhead.
+    ("SQLITE_THREADSAFE", "2"),
+    # Values up to the spec's 2,147,483,645-byte limit; the default cap is 1,000,000,000.
+    ("SQLITE_MAX_LENGTH", "2147483647"),
+    # Double-quoted strings are identifiers only: a typo in SQL is an error, not a string.
+    ("SQLITE_DQS", "0"),
+    # No global memory statistics: they take a mutex on every malloc and free.
+    ("SQLITE_DEFAULT_MEMSTATUS", "0"),
+    # WAL mode defaults to synchronous=NORMAL: durable against process crashes, one fsync per
+    # checkpoint instead of one per commit.
+    ("SQLITE_DEFAULT_WAL_SYNCHRONOUS", "1"),
+    # Deprecated interfaces are not used; leaving them out shrinks the library.
+    ("SQLITE_OMIT_DEPRECATED", "1"),
+    # Shared cache is discouraged upstream and would defeat per-thread connections.
+    ("SQLITE_OMIT_SHARED_CACHE", "1"),
+    # No extension loading: a .zarrdb file or a caller cannot pull native code into the process.
+    ("SQLITE_OMIT_LOAD_EXTENSION", "1"),
+    # The declared column types are never asked for.
+    ("SQLITE_OMIT_DECLTYPE", "1"),
+    # LIKE never scans BLOB values (recommended upstream; zarrdb never uses LIKE on keys).
+    ("SQLITE_LIKE_DOESNT_MATCH_BLOBS", "1"),
+    # No expression-depth bookkeeping in the parser (recommended upstream).
+    ("SQLITE_MAX_EXPR_DEPTH", "0"),
+    # Temporary tables and indices (e.g. VACUUM's) in memory rather than in temp files.
+    ("SQLITE_TEMP_STORE", "2"),
+    # Allow 64 KiB pages (SQLite's maximum) to be chosen at creation.
+    ("SQLITE_MAX_PAGE_SIZE", "65536"),
+]
+
+if sys.platform != "win32":
+    # Sleep in milliseconds while waiting on a lock; without it SQLite sleeps whole seconds.
+    SQLITE_OPTIONS.append(("HAVE_USLEEP", "1"))
+
+SYSTEM_SQLITE = os.environ.get("ZARRDB_SYSTEM_SQLITE", "") not in ("", "0")
+DEBUG = os.environ.get("ZARRDB_DEBUG", "") not in ("", "0")
+
+
+class BuildExt(build_ext):
+    """Adds flags per compiler family: nothing gcc-only reaches MSVC."""
+
+    def build_extensions(self):
+        unix_like = self.compiler.compiler_type in ("unix", "mingw32", "cygwin")
+        for ext in self.extensions:
+            if unix_like:
+                # The amalgamation with SQLITE_API=static leaves unused static functions.
+                ext.extra_compile_args += ["-Wno-unused-function"]
+                ext.extra_compile_args += ["-O0", "-g"] if DEBUG else ["-O2"]
+            elif self.compiler.compiler_type == "msvc":
+                ext.extra_compile_args += ["/Od", "/Zi"] if DEBUG else ["/O2"]
+        super().build_extensions()
+
+
+if SYSTEM_SQLITE:
+    macros = [("ZARRDB_SYSTEM_SQLITE", "1")]
+    include_dirs = ["src/zarrdb"]
+    libraries = ["sqlite3"]
+else:
+    macros = list(SQLITE_OPTIONS)
+    include_dirs = ["src/zarrdb", "vendor/sqlite3"]
+    libraries = []
+
+extension = Extension(
+    "zarrdb._core",
+    sources=["src/zarrdb/_core.pyx"],
+    include_dirs=include_dirs,
+    define_macros=macros,
+    libraries=libraries,
+    depends=["src/zarrdb/_sqlite3.pxd", "src/zarrdb/_sqlite_amalgamation.h"]
+    + ([] if SYSTEM_SQLITE else ["vendor/sqlite3/sqlite3.c", "vendor/sqlite3/sqlite3.h"]),
+)
+
+setup(
+    ext_modules=cythonize(
+        [extension],
+        language_level=3,
+        compiler_directives={
+            "boundscheck": False,
+            "wraparound": False,
+            "cdivision": True,
+            "embedsignature": True,
+        },
+    ),
+    cmdclass={"build_ext": BuildExt},
+)

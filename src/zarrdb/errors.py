@@ -1,0 +1,210 @@
+"""The exceptions zarrdb raises.
+
+Every error zarrdb raises on purpose derives from :class:`ZarrDBError`. Errors that come from
+the SQLite engine are :class:`SQLiteError` subclasses chosen by SQLite's primary result code
+(the one table that maps codes to classes is :data:`_BY_PRIMARY_CODE`); each carries the
+primary and extended result code and SQLite's own message. Where a built-in exception has the
+same meaning, the zarrdb class derives from it too, so ``except PermissionError`` or
+``except ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ZarrDBError",
+    "SQLiteError",
+    "DatabaseLockedError",
+    "DatabaseCorruptError",
+    "NotADatabaseError",
+    "ValueTooLargeError",
+    "ReadOnlyError",
+    "DiskFullError",
+    "ConstraintError",
+    "MisuseError",
+    "CantOpenError",
+    "DiskIOError",
+    "OperationInterruptedError",
+    "FormatError",
+    "NotAZarrDBError",
+    "UnsupportedVersionError",
+    "IncompatibleFlagError",
+    "InvalidKeyError",
+    "ClosedError",
+    "ConcurrentUseError",
+    "ForkedProcessError",
+    "sqlite_error",
+]
+
+
+class ZarrDBError(Exception):
+    """Base class of every exception raised by zarrdb."""
+
+
+class SQLiteError(ZarrDBError):
+    """The SQLite engine returned an error.
+
+    ``code`` is SQLite's primary result code, ``extended_code`` the extended one,
+    ``sqlite_message`` SQLite's message and ``filename`` the database file, when known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: int = 1,
+        extended_code: int | None = None,
+        sqlite_message: str = "",
+        filename: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.extended_code = code if extended_code is None else extended_code
+        self.sqlite_message = sqlite_message
+        self.filename = filename
+
+
+class DatabaseLockedError(SQLiteError):
+    """Another connection holds a lock that did not clear within the busy timeout (SQLITE_BUSY,
+    SQLITE_LOCKED). Nothing was written by this call; it can be retried."""
+
+
+class DatabaseCorruptError(SQLiteError):
+    """The file is damaged (SQLITE_CORRUPT)."""
+
+
+class NotADatabaseError(DatabaseCorruptError):
+    """The file is not an SQLite database at all (SQLITE_NOTADB)."""
+
+
+class ValueTooLargeError(SQLiteError, ValueError):
+    """A value or key is longer than SQLite can store (SQLITE_TOOBIG: 2,147,483,645 bytes for a
+    value in a SQLiteStore file). Nothing was written."""
+
+
+class ReadOnlyError(SQLiteError, PermissionError):
+    """A write was attempted on a database opened read-only, or on a file that cannot be
+    written (SQLITE_READONLY)."""
+
+
+class DiskFullError(SQLiteError, OSError):
+    """The disk (or a quota) is full (SQLITE_FULL). The transaction was rolled back."""
+
+
+class ConstraintError(SQLiteError):
+    """A constraint of the schema was violated (SQLITE_CONSTRAINT), e.g. a NULL value."""
+
+
+class MisuseError(SQLiteError):
+    """The SQLite API was used in a way it does not allow (SQLITE_MISUSE, SQLITE_RANGE)."""
+
+
+class CantOpenError(SQLiteError, OSError):
+    """SQLite could not open the file (SQLITE_CANTOPEN, SQLITE_PERM, SQLITE_AUTH)."""
+
+
+class DiskIOError(SQLiteError, OSError):
+    """The operating system reported an I/O error (SQLITE_IOERR, SQLITE_NOLFS)."""
+
+
+class OperationInterruptedError(SQLiteError):
+    """The operation was interrupted (SQLITE_INTERRUPT)."""
+
+
+class FormatError(ZarrDBError):
+    """The file is an SQLite database but not one this version of zarrdb can use as a
+    SQLiteStore file."""
+
+
+class NotAZarrDBError(FormatError):
+    """The SQLite database lacks the SQLiteStore tables (another application's database)."""
+
+
+class UnsupportedVersionError(FormatError):
+    """The file declares a SQLiteStore major version this zarrdb does not implement."""
+
+
+class IncompatibleFlagError(FormatError):
+    """The file declares an incompatible flag this zarrdb does not implement."""
+
+
+class InvalidKeyError(ZarrDBError, ValueError):
+    """A key is not valid for a SQLiteStore file (see the key rules of the spec), or cannot be
+    encoded as UTF-8."""
+
+
+class ClosedError(ZarrDBError, ValueError):
+    """The database or store was used after it was closed."""
+
+
+class ConcurrentUseError(ZarrDBError, RuntimeError):
+    """One connection was used by two threads at the same time. Give each thread its own
+    connection (``SQLiteStore`` does this for you)."""
+
+
+class ForkedProcessError(ZarrDBError, RuntimeError):
+    """A connection opened in a parent process was used in a child after ``fork()``. Open the
+    database again in the child (a pickled ``SQLiteStore`` reopens by itself)."""
+
+
+# Primary result code -> exception class. SQLITE_ERROR (1) and anything unlisted map to
+# SQLiteError itself.
+_BY_PRIMARY_CODE: dict[int, type[SQLiteError]] = {
+    3: CantOpenError,  # SQLITE_PERM
+    5: DatabaseLockedError,  # SQLITE_BUSY
+    6: DatabaseLockedError,  # SQLITE_LOCKED
+    8: ReadOnlyError,  # SQLITE_READONLY
+    9: OperationInterruptedError,  # SQLITE_INTERRUPT
+    10: DiskIOError,  # SQLITE_IOERR
+    11: DatabaseCorruptError,  # SQLITE_CORRUPT
+    13: DiskFullError,  # SQLITE_FULL
+    14: CantOpenError,  # SQLITE_CANTOPEN
+    18: ValueTooLargeError,  # SQLITE_TOOBIG
+    19: ConstraintError,  # SQLITE_CONSTRAINT
+    21: MisuseError,  # SQLITE_MISUSE
+    22: DiskIOError,  # SQLITE_NOLFS
+    23: CantOpenError,  # SQLITE_AUTH
+    25: MisuseError,  # SQLITE_RANGE
+    26: NotADatabaseError,  # SQLITE_NOTADB
+}
+
+# What the user can do about it, by primary code; appended to the message.
+_ADVICE: dict[int, str] = {
+    5: "another connection is writing; retry, or raise busy_timeout",
+    6: "another connection is writing; retry, or raise busy_timeout",
+    8: "open the store for writing, or check the file's and its folder's permissions",
+    11: "the file is damaged; restore it from a copy ('zarrdb check' lists what it can read)",
+    13: "free disk space and retry; the transaction was rolled back",
+    14: "check that the path exists, is a file, and can be read",
+    18: "values in a SQLiteStore file are limited to 2,147,483,645 bytes; use smaller chunks",
+    26: "the file is not an SQLite database (is it a .zarrdb file?)",
+}
+
+
+def sqlite_error(
+    code: int,
+    extended_code: int,
+    sqlite_message: str,
+    *,
+    filename: str | None = None,
+    context: str = "",
+) -> SQLiteError:
+    """Build the exception for an SQLite result code (not raise it)."""
+    primary = code & 0xFF
+    cls = _BY_PRIMARY_CODE.get(primary, SQLiteError)
+    parts = []
+    if context:
+        parts.append(context)
+    if filename:
+        parts.append(repr(filename))
+    head = ": ".join(parts)
+    message = f"{head}: {sqlite_message}" if head else sqlite_message
+    advice = _ADVICE.get(primary)
+    if advice:
+        message = f"{message} ({advice})"
+    return cls(
+        message,
+        code=primary,
+        extended_code=extended_code,
+        sqlite_message=sqlite_message,
+        filename=filename,
+    )
