@@ -1,10 +1,48 @@
 # cython: freethreading_compatible = False
-"""zarrdb's engine: one SQLite connection per Database, every SQLite call without the GIL."""
+"""zarrdb's engine: one SQLite connection per Database, every SQLite call without the GIL.
+
+Each method reads the same way: check the connection and gather the Python arguments (keys as
+UTF-8, values as buffers), run the SQLite work inside `with nogil`, then build the Python
+results. A non-OK result code becomes a zarrdb.errors exception built while SQLite's message is
+still valid. Statements are prepared on first use and kept for the life of the connection.
+"""
+
+import os
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int64_t, uint8_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memchr, memcpy
 
 from zarrdb._sqlite3 cimport *
 
+from zarrdb import errors as _errors
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
+
+cdef extern from *:
+    """
+    #ifdef _WIN32
+    #include <process.h>
+    #define zarrdb_getpid() ((long)_getpid())
+    #else
+    #include <unistd.h>
+    #define zarrdb_getpid() ((long)getpid())
+    #endif
+    """
+    long zarrdb_getpid() nogil
+
 
 BUNDLED_SQLITE = bool(ZARRDB_BUNDLED_SQLITE)
+# The spec's limit for one value: 3 bytes less than 2 GiB.
+DEF _MAX_VALUE = 2147483645
+MAX_VALUE_SIZE = _MAX_VALUE
+# Values at least this long are copied with the GIL released; below it the copy is cheaper
+# than giving the GIL away and taking it back.
+DEF _NOGIL_COPY = 65536
 
 
 def _library_info():
@@ -23,3 +61,1361 @@ def _library_info():
         sqlite3_sourceid().decode("ascii"),
         tuple(options),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Prepared statements, by number. The zarr table is `zarr(k TEXT PRIMARY KEY, v BLOB)`; ranges
+# are `k >= lower AND k < upper` on the primary key (BINARY collation = UTF-8 byte order).
+
+cdef enum Stmt:
+    S_GET
+    S_LOCATE
+    S_EXISTS
+    S_LENGTH
+    S_SET
+    S_SET_IF_ABSENT
+    S_DELETE
+    S_LIST_ALL
+    S_LIST_RANGE
+    S_SEEK_GE
+    S_SEEK_GE_ALL
+    S_SEEK_GT
+    S_SEEK_GT_ALL
+    S_SIZE_ALL
+    S_SIZE_RANGE
+    S_COUNT_ALL
+    S_COUNT_RANGE
+    S_DELETE_ALL
+    S_DELETE_RANGE
+    S_BEGIN_READ
+    S_BEGIN_WRITE
+    S_COMMIT
+    S_ROLLBACK
+    S_COUNT
+
+cdef const char* _SQL[<int>S_COUNT]
+_SQL[<int>S_GET] = b"SELECT v FROM zarr WHERE k = ?1"
+_SQL[<int>S_LOCATE] = b"SELECT rowid, length(v) FROM zarr WHERE k = ?1"
+_SQL[<int>S_EXISTS] = b"SELECT 1 FROM zarr WHERE k = ?1"
+_SQL[<int>S_LENGTH] = b"SELECT length(v) FROM zarr WHERE k = ?1"
+_SQL[<int>S_SET] = (
+    b"INSERT INTO zarr(k, v) VALUES (?1, ?2) ON CONFLICT(k) DO UPDATE SET v = excluded.v"
+)
+_SQL[<int>S_SET_IF_ABSENT] = b"INSERT INTO zarr(k, v) VALUES (?1, ?2) ON CONFLICT(k) DO NOTHING"
+_SQL[<int>S_DELETE] = b"DELETE FROM zarr WHERE k = ?1"
+_SQL[<int>S_LIST_ALL] = b"SELECT k FROM zarr ORDER BY k"
+_SQL[<int>S_LIST_RANGE] = b"SELECT k FROM zarr WHERE k >= ?1 AND k < ?2 ORDER BY k"
+_SQL[<int>S_SEEK_GE] = b"SELECT k FROM zarr WHERE k >= ?1 AND k < ?2 ORDER BY k LIMIT 1"
+_SQL[<int>S_SEEK_GE_ALL] = b"SELECT k FROM zarr WHERE k >= ?1 ORDER BY k LIMIT 1"
+_SQL[<int>S_SEEK_GT] = b"SELECT k FROM zarr WHERE k > ?1 AND k < ?2 ORDER BY k LIMIT 1"
+_SQL[<int>S_SEEK_GT_ALL] = b"SELECT k FROM zarr WHERE k > ?1 ORDER BY k LIMIT 1"
+_SQL[<int>S_SIZE_ALL] = b"SELECT coalesce(sum(length(v)), 0) FROM zarr"
+_SQL[<int>S_SIZE_RANGE] = b"SELECT coalesce(sum(length(v)), 0) FROM zarr WHERE k >= ?1 AND k < ?2"
+_SQL[<int>S_COUNT_ALL] = b"SELECT count(*) FROM zarr"
+_SQL[<int>S_COUNT_RANGE] = b"SELECT count(*) FROM zarr WHERE k >= ?1 AND k < ?2"
+_SQL[<int>S_DELETE_ALL] = b"DELETE FROM zarr"
+_SQL[<int>S_DELETE_RANGE] = b"DELETE FROM zarr WHERE k >= ?1 AND k < ?2"
+_SQL[<int>S_BEGIN_READ] = b"BEGIN DEFERRED"
+_SQL[<int>S_BEGIN_WRITE] = b"BEGIN IMMEDIATE"
+_SQL[<int>S_COMMIT] = b"COMMIT"
+_SQL[<int>S_ROLLBACK] = b"ROLLBACK"
+
+# ---------------------------------------------------------------------------------------------
+# Keys
+
+cdef struct Key:
+    const char* data
+    Py_ssize_t size
+
+
+cdef inline int _key(object key, Key* out) except -1:
+    """Point `out` at the UTF-8 form of `key` (cached inside the str object: no copy)."""
+    if type(key) is not str:
+        if not isinstance(key, str):
+            raise TypeError(f"keys are str, not {type(key).__name__}")
+    try:
+        out.data = PyUnicode_AsUTF8AndSize(key, &out.size)
+    except UnicodeEncodeError as e:
+        raise _errors.InvalidKeyError(
+            f"key {key!r} cannot be stored: it is not valid Unicode text ({e.reason})"
+        ) from None
+    return 0
+
+
+cdef bytes _upper_bound(bytes prefix):
+    """The smallest byte string greater than every string that starts with `prefix`."""
+    cdef bytearray b = bytearray(prefix)
+    cdef Py_ssize_t last = len(b) - 1
+    while last >= 0 and b[last] == 0xFF:
+        last -= 1
+    if last < 0:
+        return None
+    del b[last + 1:]
+    b[last] += 1
+    return bytes(b)
+
+
+cdef str _decode_key(const char* data, Py_ssize_t size):
+    try:
+        return PyUnicode_DecodeUTF8(data, size, NULL)
+    except UnicodeDecodeError:
+        raise _errors.InvalidKeyError(
+            f"a stored key is not valid UTF-8 text: {data[:size]!r} (written by another program?)"
+        ) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# A growable byte arena for listings built without the GIL: each entry is its length
+# (Py_ssize_t) followed by its bytes.
+
+cdef struct Arena:
+    char* data
+    size_t size
+    size_t cap
+    Py_ssize_t count
+
+
+cdef int _arena_push(Arena* a, const char* p, Py_ssize_t n) noexcept nogil:
+    cdef size_t need = a.size + sizeof(Py_ssize_t) + <size_t>n
+    cdef size_t cap
+    cdef char* grown
+    if need > a.cap:
+        cap = a.cap * 2 if a.cap else 4096
+        while cap < need:
+            cap *= 2
+        grown = <char*>realloc(a.data, cap)
+        if grown == NULL:
+            return -1
+        a.data = grown
+        a.cap = cap
+    memcpy(a.data + a.size, &n, sizeof(Py_ssize_t))
+    memcpy(a.data + a.size + sizeof(Py_ssize_t), p, n)
+    a.size = need
+    a.count += 1
+    return 0
+
+
+cdef list _arena_strings(Arena* a, const char* prefix, Py_ssize_t prefix_size):
+    """The entries as str, each with `prefix` put in front."""
+    cdef list out = []
+    cdef size_t pos = 0
+    cdef Py_ssize_t n
+    cdef bytes joined
+    while pos < a.size:
+        memcpy(&n, a.data + pos, sizeof(Py_ssize_t))
+        pos += sizeof(Py_ssize_t)
+        if prefix_size:
+            joined = prefix[:prefix_size] + (a.data + pos)[:n]
+            out.append(_decode_key(joined, len(joined)))
+        else:
+            out.append(_decode_key(a.data + pos, n))
+        pos += n
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Values: a set of acquired buffers, released together.
+
+cdef class _Buffers:
+    cdef Py_buffer* views
+    cdef Py_ssize_t count
+
+    def __cinit__(self, Py_ssize_t capacity):
+        self.views = <Py_buffer*>malloc(max(capacity, 1) * sizeof(Py_buffer))
+        if self.views == NULL:
+            raise MemoryError()
+        self.count = 0
+
+    cdef Py_buffer* acquire(self, object value) except NULL:
+        cdef Py_buffer* view = &self.views[self.count]
+        PyObject_GetBuffer(value, view, PyBUF_SIMPLE)
+        self.count += 1
+        if view.len > _MAX_VALUE:
+            raise _errors.ValueTooLargeError(
+                f"a value of {view.len:,} bytes is over the limit of {_MAX_VALUE:,} bytes "
+                "of a SQLiteStore file; nothing was written (use smaller chunks)",
+                code=SQLITE_TOOBIG,
+            )
+        return view
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        for i in range(self.count):
+            PyBuffer_Release(&self.views[i])
+        free(self.views)
+
+
+# ---------------------------------------------------------------------------------------------
+
+_JOURNAL_MODES = ("delete", "truncate", "persist", "memory", "wal", "off")
+_SYNCHRONOUS = ("off", "normal", "full", "extra")
+_CHECKPOINT_MODES = {
+    "passive": SQLITE_CHECKPOINT_PASSIVE,
+    "full": SQLITE_CHECKPOINT_FULL,
+    "restart": SQLITE_CHECKPOINT_RESTART,
+    "truncate": SQLITE_CHECKPOINT_TRUNCATE,
+}
+
+
+def _file_uri(path, immutable):
+    from urllib.parse import quote
+
+    absolute = os.path.abspath(path).replace(os.sep, "/")
+    if not absolute.startswith("/"):
+        absolute = "/" + absolute  # Windows drive letters: file:///C:/...
+    uri = "file:" + quote(absolute, safe="/:")
+    return uri + ("?immutable=1" if immutable else "")
+
+
+cdef class Transaction:
+    """Context manager from Database.transaction(): BEGIN IMMEDIATE .. COMMIT at the outermost
+    level, a savepoint inside; an exception rolls that level back and propagates."""
+
+    cdef Database db
+    cdef int level
+
+    def __cinit__(self, Database db):
+        self.db = db
+        self.level = -1
+
+    def __enter__(self):
+        db = self.db
+        self.level = db._depth
+        if self.level == 0:
+            db.begin_write()
+        else:
+            db._exec_simple(f"SAVEPOINT zarrdb_{self.level}")
+        db._depth += 1
+        return db
+
+    def __exit__(self, exc_type, exc, tb):
+        db = self.db
+        db._depth -= 1
+        if self.level == 0:
+            if exc_type is None:
+                try:
+                    db.commit()
+                except BaseException:
+                    if db.in_transaction:
+                        db.rollback()
+                    raise
+            elif db.in_transaction:
+                db.rollback()
+        elif exc_type is None:
+            db._exec_simple(f"RELEASE zarrdb_{self.level}")
+        else:
+            db._exec_simple(f"ROLLBACK TO zarrdb_{self.level}")
+            db._exec_simple(f"RELEASE zarrdb_{self.level}")
+        return False
+
+
+cdef class Database:
+    """One SQLite connection to a file with a `zarr(k TEXT PRIMARY KEY, v BLOB)` table.
+
+    Used by one thread at a time (simultaneous use raises ConcurrentUseError); unusable in a
+    child process after fork (ForkedProcessError). Every SQLite call runs without the GIL.
+    """
+
+    cdef sqlite3* db
+    cdef sqlite3_stmt* stmts[<int>S_COUNT]
+    cdef long pid
+    cdef int busy
+    cdef int _depth
+    cdef readonly str path
+    cdef readonly bint readonly
+    cdef double _busy_timeout
+
+    def __cinit__(self):
+        self.db = NULL
+        self.busy = 0
+        self._depth = 0
+        for i in range(<int>S_COUNT):
+            self.stmts[i] = NULL
+
+    def __init__(
+        self,
+        path,
+        *,
+        mode="c",
+        uri=False,
+        immutable=False,
+        busy_timeout=5.0,
+        page_size=None,
+        cache_size=None,
+        mmap_size=None,
+        synchronous=None,
+        journal_mode=None,
+    ):
+        cdef int flags
+        cdef int rc
+        cdef sqlite3* handle = NULL
+        cdef bytes target
+        cdef const char* c_target
+        if self.db != NULL:
+            raise _errors.MisuseError("Database.__init__ called twice", code=SQLITE_MISUSE)
+        path = os.fspath(path)
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
+        if mode not in ("r", "w", "c"):
+            raise ValueError(f"mode must be 'r', 'w' or 'c', not {mode!r}")
+        if immutable:
+            mode = "r"
+        flags = SQLITE_OPEN_EXRESCODE | SQLITE_OPEN_NOMUTEX
+        if mode == "r":
+            flags |= SQLITE_OPEN_READONLY
+        elif mode == "w":
+            flags |= SQLITE_OPEN_READWRITE
+        else:
+            flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+        if uri:
+            target = path.encode("utf-8")
+            flags |= SQLITE_OPEN_URI
+        elif immutable:
+            target = _file_uri(path, True).encode("utf-8")
+            flags |= SQLITE_OPEN_URI
+        else:
+            target = path.encode("utf-8")
+        c_target = target
+        with nogil:
+            rc = sqlite3_open_v2(c_target, &handle, flags, NULL)
+        if rc != SQLITE_OK:
+            if handle == NULL:
+                raise MemoryError("SQLite could not allocate a connection")
+            err = _errors.sqlite_error(
+                rc,
+                sqlite3_extended_errcode(handle),
+                sqlite3_errmsg(handle).decode("utf-8", "replace"),
+                filename=path,
+                context="cannot open",
+            )
+            with nogil:
+                sqlite3_close_v2(handle)
+            raise err
+        self.db = handle
+        self.pid = zarrdb_getpid()
+        self.path = path
+        self.readonly = mode == "r"
+        try:
+            self._busy_timeout = float(busy_timeout)
+            with nogil:
+                sqlite3_busy_timeout(handle, <int>(self._busy_timeout * 1000))
+            # Reading the schema makes SQLite read the header now: a file that is not a
+            # database fails here, at open, not at the first get().
+            self._exec_simple("SELECT count(*) FROM sqlite_schema")
+            if page_size is not None:
+                page_size = int(page_size)
+                if page_size < 512 or page_size > 65536 or page_size & (page_size - 1):
+                    raise ValueError(f"page_size must be a power of two from 512 to 65536, not {page_size}")
+                self._exec_simple(f"PRAGMA page_size = {page_size}")
+            if cache_size is not None:
+                self._exec_simple(f"PRAGMA cache_size = {-int(cache_size)}")
+            if mmap_size is not None:
+                self._exec_simple(f"PRAGMA mmap_size = {int(mmap_size)}")
+            if synchronous is not None:
+                if str(synchronous).lower() not in _SYNCHRONOUS:
+                    raise ValueError(f"synchronous must be one of {_SYNCHRONOUS}, not {synchronous!r}")
+                self._exec_simple(f"PRAGMA synchronous = {synchronous}")
+            if journal_mode is not None:
+                self.journal_mode(journal_mode)
+        except BaseException:
+            self._close()
+            raise
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    cdef int _enter(self) except -1:
+        if self.db == NULL:
+            raise _errors.ClosedError(f"the database {self.path!r} is closed")
+        if self.pid != zarrdb_getpid():
+            raise _errors.ForkedProcessError(
+                f"the connection to {self.path!r} was opened in process {self.pid} and cannot "
+                "be used after fork(); open the database again in this process"
+            )
+        if self.busy:
+            raise _errors.ConcurrentUseError(
+                f"the connection to {self.path!r} is in use by another thread; "
+                "give each thread its own Database"
+            )
+        self.busy = 1
+        return 0
+
+    cdef inline void _leave(self) noexcept:
+        self.busy = 0
+
+    cdef object _error(self, int rc, str context=""):
+        """The exception for `rc`; call before anything else touches the connection."""
+        cdef int xrc = sqlite3_extended_errcode(self.db)
+        message = sqlite3_errmsg(self.db).decode("utf-8", "replace")
+        if (rc & 0xFF) in (SQLITE_BUSY, SQLITE_LOCKED):
+            waited = f"gave up after waiting {self._busy_timeout:g} s for a lock"
+            context = f"{context}: {waited}" if context else waited
+        return _errors.sqlite_error(rc, xrc, message, filename=self.path, context=context)
+
+    cdef sqlite3_stmt* _stmt(self, Stmt which) except NULL:
+        cdef sqlite3_stmt* stmt = self.stmts[<int>which]
+        cdef int rc
+        cdef const char* sql
+        if stmt != NULL:
+            return stmt
+        sql = _SQL[<int>which]
+        with nogil:
+            rc = sqlite3_prepare_v3(self.db, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, NULL)
+        if rc != SQLITE_OK:
+            raise self._error(rc, "cannot prepare a statement (is this a SQLiteStore file?)")
+        self.stmts[<int>which] = stmt
+        return stmt
+
+    cdef int _exec_simple(self, str sql) except -1:
+        """Run one statement that returns at most rows we do not need."""
+        cdef bytes b = sql.encode("utf-8")
+        cdef const char* c_sql = b
+        cdef sqlite3_stmt* stmt = NULL
+        cdef int rc
+        with nogil:
+            rc = sqlite3_prepare_v2(self.db, c_sql, -1, &stmt, NULL)
+            if rc == SQLITE_OK:
+                rc = sqlite3_step(stmt)
+                while rc == SQLITE_ROW:
+                    rc = sqlite3_step(stmt)
+        if rc != SQLITE_DONE and rc != SQLITE_OK:
+            err = self._error(rc)
+            with nogil:
+                sqlite3_finalize(stmt)
+            raise err
+        with nogil:
+            sqlite3_finalize(stmt)
+        return 0
+
+    cdef int _begin_if_needed(self, Stmt which) except -1:
+        """Begin a transaction unless one is open; 1 if this call began it."""
+        cdef sqlite3_stmt* stmt
+        cdef int rc
+        if not sqlite3_get_autocommit(self.db):
+            return 0
+        stmt = self._stmt(which)
+        with nogil:
+            rc = sqlite3_step(stmt)
+        if rc != SQLITE_DONE:
+            err = self._error(rc, "cannot begin a transaction")
+            sqlite3_reset(stmt)
+            raise err
+        sqlite3_reset(stmt)
+        return 1
+
+    cdef int _finish(self, int began, bint ok) except -1:
+        """Commit (ok) or roll back a transaction that this call began."""
+        cdef sqlite3_stmt* stmt
+        cdef int rc
+        if not began:
+            return 0
+        stmt = self._stmt(S_COMMIT if ok else S_ROLLBACK)
+        with nogil:
+            rc = sqlite3_step(stmt)
+        if rc != SQLITE_DONE:
+            err = self._error(rc, "cannot commit" if ok else "cannot roll back")
+            sqlite3_reset(stmt)
+            if ok and not sqlite3_get_autocommit(self.db):
+                self._finish(1, False)
+            raise err
+        sqlite3_reset(stmt)
+        return 0
+
+    cdef int _write_one(self, Stmt which, object key, object value) except -1:
+        """Run a single-row write (S_SET or S_SET_IF_ABSENT); returns the rows changed."""
+        cdef Key k
+        cdef Py_buffer view
+        cdef sqlite3_stmt* stmt
+        cdef int rc
+        cdef int changed = 0
+        _key(key, &k)
+        PyObject_GetBuffer(value, &view, PyBUF_SIMPLE)
+        try:
+            if view.len > _MAX_VALUE:
+                raise _errors.ValueTooLargeError(
+                    f"the value for {key!r} has {view.len:,} bytes, over the limit of "
+                    f"{_MAX_VALUE:,} bytes of a SQLiteStore file; nothing was written",
+                    code=SQLITE_TOOBIG,
+                )
+            stmt = self._stmt(which)
+            with nogil:
+                sqlite3_bind_text64(stmt, 1, k.data, k.size, SQLITE_STATIC, SQLITE_UTF8)
+                sqlite3_bind_blob64(stmt, 2, view.buf, view.len, SQLITE_STATIC)
+                rc = sqlite3_step(stmt)
+                if rc == SQLITE_DONE:
+                    changed = sqlite3_changes(self.db)
+            if rc != SQLITE_DONE:
+                err = self._error(rc, f"cannot write {key!r}")
+                sqlite3_reset(stmt)
+                raise err
+            sqlite3_reset(stmt)
+        finally:
+            PyBuffer_Release(&view)
+        return changed
+
+    cdef int64_t _scalar_range(self, Stmt all_stmt, Stmt range_stmt, str prefix) except -2:
+        """Run an aggregate over the keys that start with `prefix`; returns column 0."""
+        cdef bytes lower = prefix.encode("utf-8")
+        cdef bytes upper = _upper_bound(lower) if lower else None
+        cdef sqlite3_stmt* stmt
+        cdef int rc
+        cdef int64_t result = 0
+        cdef const char* lo = lower
+        cdef const char* hi = NULL
+        cdef Py_ssize_t nlo = len(lower)
+        cdef Py_ssize_t nhi = 0
+        cdef bint ranged = bool(lower)
+        if upper is not None:
+            hi = upper
+            nhi = len(upper)
+        if ranged and upper is None:
+            raise _errors.InvalidKeyError(f"invalid prefix {prefix!r}")
+        stmt = self._stmt(range_stmt if ranged else all_stmt)
+        with nogil:
+            if ranged:
+                sqlite3_bind_text64(stmt, 1, lo, nlo, SQLITE_STATIC, SQLITE_UTF8)
+                sqlite3_bind_text64(stmt, 2, hi, nhi, SQLITE_STATIC, SQLITE_UTF8)
+            rc = sqlite3_step(stmt)
+            if rc == SQLITE_ROW:
+                result = sqlite3_column_int64(stmt, 0)
+                rc = SQLITE_DONE
+            elif rc == SQLITE_DONE:
+                # a DELETE: report how many rows went
+                result = sqlite3_changes(self.db)
+        if rc != SQLITE_DONE:
+            err = self._error(rc)
+            sqlite3_reset(stmt)
+            raise err
+        with nogil:
+            sqlite3_reset(stmt)
+        return result
+
+    # --- life cycle ---------------------------------------------------------------------
+
+    @property
+    def closed(self):
+        return self.db == NULL
+
+    @property
+    def in_transaction(self):
+        return self.db != NULL and not sqlite3_get_autocommit(self.db)
+
+    @property
+    def busy_timeout(self):
+        return self._busy_timeout
+
+    cdef void _close(self) noexcept:
+        cdef sqlite3* handle = self.db
+        cdef int i
+        if handle == NULL:
+            return
+        self.db = NULL
+        if self.pid != zarrdb_getpid():
+            # The parent owns this connection and its locks; forget it, touch nothing.
+            return
+        with nogil:
+            for i in range(<int>S_COUNT):
+                if self.stmts[i] != NULL:
+                    sqlite3_finalize(self.stmts[i])
+                    self.stmts[i] = NULL
+            sqlite3_close_v2(handle)
+
+    def close(self):
+        """Close the connection; idempotent. In a forked child it only forgets the handle."""
+        if self.busy:
+            raise _errors.ConcurrentUseError(
+                f"cannot close {self.path!r} while another thread is using it"
+            )
+        self._close()
+
+    def __dealloc__(self):
+        self._close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def __repr__(self):
+        state = "closed" if self.db == NULL else ("read-only" if self.readonly else "read-write")
+        return f"<zarrdb._core.Database {self.path!r} {state}>"
+
+    def __reduce__(self):
+        raise TypeError(
+            "a Database is one connection and cannot be pickled; pickle the SQLiteStore "
+            "(it reopens in the new process) or open a new Database there"
+        )
+
+    # --- reads --------------------------------------------------------------------------
+
+    def get(self, key):
+        """The value stored under `key` as bytes, or None."""
+        cdef Key k
+        cdef sqlite3_stmt* stmt
+        cdef int rc
+        cdef const void* src = NULL
+        cdef Py_ssize_t n = 0
+        cdef char* dst
+        cdef bytes out
+        _key(key, &k)
+        self._enter()
+        try:
+            stmt = self._stmt(S_GET)
+            with nogil:
+                sqlite3_bind_text64(stmt, 1, k.data, k.size, SQLITE_STATIC, SQLITE_UTF8)
+                rc = sqlite3_step(stmt)
+                if rc == SQLITE_ROW:
+                    src = sqlite3_column_blob(stmt, 0)
+                    n = sqlite3_column_bytes(stmt, 0)
+                    rc = sqlite3_errcode(self.db) if src == NULL and n > 0 else SQLITE_ROW
+            if rc == SQLITE_DONE:
+                with nogil:
+                    sqlite3_reset(stmt)
+                return None
+            if rc != SQLITE_ROW:
+                err = self._error(rc, f"cannot read {key!r}")
+                sqlite3_reset(stmt)
+                raise err
+            try:
+                out = PyBytes_FromStringAndSize(NULL, n)
+            except BaseException:
+                sqlite3_reset(stmt)
+                raise
+            dst = PyBytes_AS_STRING(out)
+            if n >= _NOGIL_COPY:
+                with nogil:
+                    memcpy(dst, src, n)
+                    sqlite3_reset(stmt)
+            else:
+                if n:
+                    memcpy(dst, src, n)
+                with nogil:
+                    sqlite3_reset(stmt)
+            return out
+        finally:
+            self._leave()
+
+    def get_into(self, key, out):
+        """Copy the value into the writable buffer `out`; its length, or None if missing.
+        ValueError (nothing copied) if `out` is smaller than the value."""
+        cdef Key k
+        cdef Py_buffer view
+        cdef sqlite3_stmt* stmt
+        cdef int rc
+        cdef const void* src = NULL
+        cdef Py_ssize_t n = 0
+        _key(key, &k)
+        PyObject_GetBuffer(out, &view, PyBUF_WRITABLE)
+        self._enter()
+        try:
+            stmt = self._stmt(S_GET)
+            with nogil:
+                sqlite3_bind_text64(stmt, 1, k.data, k.size, SQLITE_STATIC, SQLITE_UTF8)
+                rc = sqlite3_step(stmt)
+                if rc == SQLITE_ROW:
+                    src = sqlite3_column_blob(stmt, 0)
+                    n = sqlite3_column_bytes(stmt, 0)
+                    if n <= view.len and n > 0 and src != NULL:
+                        memcpy(view.buf, src, n)
+                sqlite3_reset(stmt)
+            if rc == SQLITE_DONE:
+                return None
+            if rc != SQLITE_ROW:
+                raise self._error(rc, f"cannot read {key!r}")
+            if n > view.len:
+                raise ValueError(
+                    f"the value for {key!r} has {n} bytes; the buffer holds only {view.len}"
+                )
+            return n
+        finally:
+            self._leave()
+            PyBuffer_Release(&view)
+
+    def get_range(self, key, start, length):
+        """Bytes [start, start+length) of the value, clamped to its end; length None: to the
+        end; start < 0: the last -start bytes. A start past the end gives b""."""
+        return self.get_ranges([(key, start, length)])[0]
+
+    def get_many(self, keys):
+        """The values of `keys`, in order, None for a missing key."""
+        return self.get_ranges([(key, 0, None) for key in keys])
+
+    def get_ranges(self, requests):
+        """Byte ranges of several values, as get_range, in one batch and one snapshot."""
+        cdef list reqs = list(requests)
+        cdef Py_ssize_t count = len(reqs)
+        cdef Py_ssize_t i
+        cdef Key* keys = NULL
+        cdef int64_t* starts = NULL
+        cdef int64_t* lengths = NULL  # in: requested (-1 = to the end); out: clamped
+        cdef int64_t* rowids = NULL
+        cdef char** dests = NULL
+        cdef sqlite3_stmt* locate
+        cdef sqlite3_blob* blob = NULL
+        cdef int rc = SQLITE_OK
+        cdef int began = 0
+        cdef int64_t size, s, want
+        cdef Py_ssize_t failed_at = -1
+        cdef list results
+        cdef list keepalive
+        if count == 0:
+            return []
+        keys = <Key*>malloc(count * sizeof(Key))
+        starts = <int64_t*>malloc(count * sizeof(int64_t))
+        lengths = <int64_t*>malloc(count * sizeof(int64_t))
+        rowids = <int64_t*>malloc(count * sizeof(int64_t))
+        dests = <char**>malloc(count * sizeof(char*))
+        keepalive = [None] * count
+        try:
+            if keys == NULL or starts == NULL or lengths == NULL or rowids == NULL or dests == NULL:
+                raise MemoryError()
+            for i in range(count):
+                key, start, length = reqs[i]
+                keepalive[i] = key
+                _key(key, &keys[i])
+                starts[i] = start
+                if length is None:
+                    lengths[i] = -1
+                elif length < 0:
+                    raise ValueError(f"length must be >= 0 or None, not {length}")
+                else:
+                    lengths[i] = length
+            self._enter()
+            try:
+                locate = self._stmt(S_LOCATE)
+                # One read transaction, so the rowids found in pass 1 still hold in pass 2.
+                began = self._begin_if_needed(S_BEGIN_READ)
+                try:
+                    # Pass 1: where each value is and how much of it to read.
+                    with nogil:
+                        for i in range(count):
+                            sqlite3_bind_text64(locate, 1, keys[i].data, keys[i].size,
+                                                SQLITE_STATIC, SQLITE_UTF8)
+                            rc = sqlite3_step(locate)
+                            if rc == SQLITE_ROW:
+                                rowids[i] = sqlite3_column_int64(locate, 0)
+                                size = sqlite3_column_int64(locate, 1)
+                                s = starts[i]
+                                if s < 0:
+                                    s = size + s if size + s > 0 else 0
+                                elif s > size:
+                                    s = size
+                                want = size - s
+                                if lengths[i] >= 0 and lengths[i] < want:
+                                    want = lengths[i]
+                                starts[i] = s
+                                lengths[i] = want
+                                rc = SQLITE_OK
+                            elif rc == SQLITE_DONE:
+                                rowids[i] = 0
+                                lengths[i] = -1  # missing
+                                rc = SQLITE_OK
+                            else:
+                                failed_at = i
+                                break
+                            sqlite3_reset(locate)
+                    if rc != SQLITE_OK:
+                        err = self._error(rc, f"cannot read {reqs[failed_at][0]!r}")
+                        sqlite3_reset(locate)
+                        raise err
+                    # The result objects, allocated with the GIL.
+                    results = [None] * count
+                    for i in range(count):
+                        if lengths[i] >= 0:
+                            out = PyBytes_FromStringAndSize(NULL, lengths[i])
+                            results[i] = out
+                            dests[i] = PyBytes_AS_STRING(out)
+                        else:
+                            dests[i] = NULL
+                    # Pass 2: read each range straight into its result.
+                    with nogil:
+                        for i in range(count):
+                            if dests[i] == NULL or lengths[i] == 0:
+                                continue
+                            if blob == NULL:
+                                rc = sqlite3_blob_open(self.db, "main", "zarr", "v", rowids[i],
+                                                       0, &blob)
+                            else:
+                                rc = sqlite3_blob_reopen(blob, rowids[i])
+                            if rc == SQLITE_OK:
+                                rc = sqlite3_blob_read(blob, dests[i], <int>lengths[i],
+                                                       <int>starts[i])
+                            if rc != SQLITE_OK:
+                                failed_at = i
+                                break
+                    if rc != SQLITE_OK:
+                        err = self._error(rc, f"cannot read {reqs[failed_at][0]!r}")
+                        raise err
+                finally:
+                    if blob != NULL:
+                        with nogil:
+                            sqlite3_blob_close(blob)
+                    if began:
+                        self._finish(began, True)
+            finally:
+                self._leave()
+            return results
+        finally:
+            free(keys)
+            free(starts)
+            free(lengths)
+            free(rowids)
+            free(dests)
+
+    def exists(self, key):
+        """True if `key` is stored."""
+        return self._lookup_int(S_EXISTS, key) is not None
+
+    def length(self, key):
+        """The length of the value of `key` in bytes (read without reading the value), or None."""
+        return self._lookup_int(S_LENGTH, key)
+
+    cdef object _lookup_int(self, Stmt which, object key):
+        cdef Key k
+        cdef sqlite3_stmt* stmt
+        cdef int rc
+        cdef int64_t value = 0
+        _key(key, &k)
+        self._enter()
+        try:
+            stmt = self._stmt(which)
+            with nogil:
+                sqlite3_bind_text64(stmt, 1, k.data, k.size, SQLITE_STATIC, SQLITE_UTF8)
+                rc = sqlite3_step(stmt)
+                if rc == SQLITE_ROW:
+                    value = sqlite3_column_int64(stmt, 0)
+                if rc == SQLITE_ROW or rc == SQLITE_DONE:
+                    sqlite3_reset(stmt)
+            if rc == SQLITE_DONE:
+                return None
+            if rc != SQLITE_ROW:
+                err = self._error(rc, f"cannot read {key!r}")
+                sqlite3_reset(stmt)
+                raise err
+            return value
+        finally:
+            self._leave()
+
+    # --- writes -------------------------------------------------------------------------
+
+    def set(self, key, value):
+        """Store `value` (any contiguous buffer) under `key`, replacing what was there."""
+        self._enter()
+        try:
+            self._write_one(S_SET, key, value)
+        finally:
+            self._leave()
+
+    def set_if_absent(self, key, value):
+        """Store `value` under `key` unless the key exists; True if it was written."""
+        self._enter()
+        try:
+            return self._write_one(S_SET_IF_ABSENT, key, value) > 0
+        finally:
+            self._leave()
+
+    def set_many(self, pairs):
+        """Store several (key, value) pairs in one transaction (or inside the open one)."""
+        cdef list items = list(pairs)
+        cdef Py_ssize_t count = len(items)
+        cdef Py_ssize_t i
+        cdef Key* keys
+        cdef const void** bufs
+        cdef Py_ssize_t* sizes
+        cdef _Buffers views
+        cdef Py_buffer* view
+        cdef sqlite3_stmt* stmt
+        cdef int rc = SQLITE_DONE
+        cdef int began = 0
+        cdef Py_ssize_t failed_at = -1
+        if count == 0:
+            return
+        keys = <Key*>malloc(count * sizeof(Key))
+        bufs = <const void**>malloc(count * sizeof(void*))
+        sizes = <Py_ssize_t*>malloc(count * sizeof(Py_ssize_t))
+        views = _Buffers(count)
+        keepalive = [None] * count
+        try:
+            if keys == NULL or bufs == NULL or sizes == NULL:
+                raise MemoryError()
+            for i in range(count):
+                key, value = items[i]
+                keepalive[i] = key
+                _key(key, &keys[i])
+                view = views.acquire(value)
+                bufs[i] = view.buf
+                sizes[i] = view.len
+            self._enter()
+            try:
+                stmt = self._stmt(S_SET)
+                began = self._begin_if_needed(S_BEGIN_WRITE)
+                with nogil:
+                    for i in range(count):
+                        sqlite3_bind_text64(stmt, 1, keys[i].data, keys[i].size,
+                                            SQLITE_STATIC, SQLITE_UTF8)
+                        sqlite3_bind_blob64(stmt, 2, bufs[i], sizes[i], SQLITE_STATIC)
+                        rc = sqlite3_step(stmt)
+                        if rc != SQLITE_DONE:
+                            failed_at = i
+                            break
+                        sqlite3_reset(stmt)
+                if rc != SQLITE_DONE:
+                    err = self._error(rc, f"cannot write {items[failed_at][0]!r}")
+                    sqlite3_reset(stmt)
+                    self._finish(began, False)
+                    raise err
+                self._finish(began, True)
+            finally:
+                self._leave()
+        finally:
+            free(keys)
+            free(bufs)
+            free(sizes)
+
+    def delete(self, key):
+        """Delete `key`; True if it existed."""
+        return self.delete_many([key]) > 0
+
+    def delete_many(self, keys):
+        """Delete several keys in one transaction; returns how many existed."""
+        cdef list items = list(keys)
+        cdef Py_ssize_t count = len(items)
+        cdef Py_ssize_t i
+        cdef Key* ks
+        cdef sqlite3_stmt* stmt
+        cdef int rc = SQLITE_DONE
+        cdef int began = 0
+        cdef int64_t deleted = 0
+        cdef Py_ssize_t failed_at = -1
+        if count == 0:
+            return 0
+        ks = <Key*>malloc(count * sizeof(Key))
+        try:
+            if ks == NULL:
+                raise MemoryError()
+            for i in range(count):
+                _key(items[i], &ks[i])
+            self._enter()
+            try:
+                stmt = self._stmt(S_DELETE)
+                began = self._begin_if_needed(S_BEGIN_WRITE) if count > 1 else 0
+                with nogil:
+                    for i in range(count):
+                        sqlite3_bind_text64(stmt, 1, ks[i].data, ks[i].size,
+                                            SQLITE_STATIC, SQLITE_UTF8)
+                        rc = sqlite3_step(stmt)
+                        if rc != SQLITE_DONE:
+                            failed_at = i
+                            break
+                        deleted += sqlite3_changes(self.db)
+                        sqlite3_reset(stmt)
+                if rc != SQLITE_DONE:
+                    err = self._error(rc, f"cannot delete {items[failed_at]!r}")
+                    sqlite3_reset(stmt)
+                    self._finish(began, False)
+                    raise err
+                self._finish(began, True)
+            finally:
+                self._leave()
+            return deleted
+        finally:
+            free(ks)
+
+    def delete_prefix(self, prefix):
+        """Delete every key that starts with `prefix` ("" deletes all); returns the count."""
+        self._enter()
+        try:
+            return self._scalar_range(S_DELETE_ALL, S_DELETE_RANGE, prefix)
+        finally:
+            self._leave()
+
+    # --- listings -----------------------------------------------------------------------
+
+    def list_keys(self):
+        """Every key, in BINARY (UTF-8 byte) order."""
+        return self.list_prefix("")
+
+    def list_prefix(self, prefix):
+        """Keys that start with `prefix`, in BINARY (UTF-8 byte) order."""
+        cdef bytes lower = prefix.encode("utf-8")
+        cdef bytes upper = _upper_bound(lower) if lower else None
+        cdef const char* lo = lower
+        cdef const char* hi = NULL
+        cdef Py_ssize_t nlo = len(lower)
+        cdef Py_ssize_t nhi = 0
+        cdef bint ranged = nlo > 0
+        cdef Arena arena
+        cdef sqlite3_stmt* stmt
+        cdef int rc = SQLITE_OK
+        cdef const unsigned char* text
+        if upper is not None:
+            hi = upper
+            nhi = len(upper)
+        elif ranged:
+            raise _errors.InvalidKeyError(f"invalid prefix {prefix!r}")
+        arena.data = NULL
+        arena.size = arena.cap = 0
+        arena.count = 0
+        self._enter()
+        try:
+            stmt = self._stmt(S_LIST_RANGE if ranged else S_LIST_ALL)
+            with nogil:
+                if ranged:
+                    sqlite3_bind_text64(stmt, 1, lo, nlo, SQLITE_STATIC, SQLITE_UTF8)
+                    sqlite3_bind_text64(stmt, 2, hi, nhi, SQLITE_STATIC, SQLITE_UTF8)
+                while True:
+                    rc = sqlite3_step(stmt)
+                    if rc != SQLITE_ROW:
+                        break
+                    text = sqlite3_column_text(stmt, 0)
+                    if _arena_push(&arena, <const char*>text, sqlite3_column_bytes(stmt, 0)):
+                        rc = SQLITE_NOMEM
+                        break
+            if rc != SQLITE_DONE:
+                err = self._error(rc, "cannot list keys") if rc != SQLITE_NOMEM else MemoryError()
+                sqlite3_reset(stmt)
+                raise err
+            with nogil:
+                sqlite3_reset(stmt)
+            return _arena_strings(&arena, NULL, 0)
+        finally:
+            self._leave()
+            free(arena.data)
+
+    def list_dir(self, prefix):
+        """Children of `prefix` ("" or ending in "/"), relative to it, sorted: a stored key as
+        its name, a sub-tree as its name with a trailing "/". One index seek per child."""
+        cdef bytes lower = prefix.encode("utf-8")
+        cdef bytes upper
+        cdef Py_ssize_t plen = len(lower)
+        cdef bint ranged = plen > 0
+        cdef const char* hi = NULL
+        cdef Py_ssize_t nhi = 0
+        cdef char* cursor = NULL
+        cdef Py_ssize_t ncursor
+        cdef size_t cursor_cap
+        cdef bint after = False  # seek past the cursor (k > c) instead of from it (k >= c)
+        cdef Arena arena
+        cdef sqlite3_stmt* ge
+        cdef sqlite3_stmt* gt
+        cdef sqlite3_stmt* stmt
+        cdef int rc = SQLITE_OK
+        cdef const char* k
+        cdef Py_ssize_t n
+        cdef const char* slash
+        cdef Py_ssize_t child
+        if ranged and not prefix.endswith("/"):
+            raise _errors.InvalidKeyError(f"list_dir takes '' or a prefix ending in '/', not {prefix!r}")
+        upper = _upper_bound(lower) if ranged else None
+        if upper is not None:
+            hi = upper
+            nhi = len(upper)
+        arena.data = NULL
+        arena.size = arena.cap = 0
+        arena.count = 0
+        cursor_cap = 256 + 2 * plen
+        cursor = <char*>malloc(cursor_cap)
+        if cursor == NULL:
+            raise MemoryError()
+        memcpy(cursor, <const char*>lower, plen)
+        ncursor = plen
+        self._enter()
+        try:
+            ge = self._stmt(S_SEEK_GE if ranged else S_SEEK_GE_ALL)
+            gt = self._stmt(S_SEEK_GT if ranged else S_SEEK_GT_ALL)
+            with nogil:
+                while True:
+                    stmt = gt if after else ge
+                    sqlite3_bind_text64(stmt, 1, cursor, ncursor, SQLITE_STATIC, SQLITE_UTF8)
+                    if ranged:
+                        sqlite3_bind_text64(stmt, 2, hi, nhi, SQLITE_STATIC, SQLITE_UTF8)
+                    rc = sqlite3_step(stmt)
+                    if rc != SQLITE_ROW:
+                        break
+                    k = <const char*>sqlite3_column_text(stmt, 0)
+                    n = sqlite3_column_bytes(stmt, 0)
+                    slash = <const char*>memchr(k + plen, b'/', n - plen)
+                    if slash == NULL:
+                        # A key directly below: list it, continue just after it.
+                        child = n - plen
+                        after = True
+                    else:
+                        # A sub-tree: list "name/", continue at "name0", past all of it.
+                        child = slash - k - plen + 1
+                        after = False
+                    if _arena_push(&arena, k + plen, child):
+                        rc = SQLITE_NOMEM
+                        break
+                    if <size_t>(plen + child) > cursor_cap:
+                        cursor_cap = 2 * (plen + child)
+                        free(cursor)
+                        cursor = <char*>malloc(cursor_cap)
+                        if cursor == NULL:
+                            rc = SQLITE_NOMEM
+                            break
+                    memcpy(cursor, k, plen + child)
+                    ncursor = plen + child
+                    if not after:
+                        cursor[ncursor - 1] = b'0'  # '/' + 1
+                    sqlite3_reset(stmt)
+            if rc != SQLITE_DONE:
+                err = self._error(rc, "cannot list") if rc != SQLITE_NOMEM else MemoryError()
+                sqlite3_reset(stmt)
+                raise err
+            with nogil:
+                sqlite3_reset(stmt)
+            return _arena_strings(&arena, NULL, 0)
+        finally:
+            self._leave()
+            free(arena.data)
+            free(cursor)
+
+    def size_prefix(self, prefix):
+        """The total length in bytes of the values whose keys start with `prefix`."""
+        self._enter()
+        try:
+            return self._scalar_range(S_SIZE_ALL, S_SIZE_RANGE, prefix)
+        finally:
+            self._leave()
+
+    def count_prefix(self, prefix):
+        """How many keys start with `prefix`."""
+        self._enter()
+        try:
+            return self._scalar_range(S_COUNT_ALL, S_COUNT_RANGE, prefix)
+        finally:
+            self._leave()
+
+    # --- transactions ---------------------------------------------------------------------
+
+    def begin_write(self):
+        """BEGIN IMMEDIATE: take the write lock now (waiting up to the busy timeout)."""
+        self._enter()
+        try:
+            if not sqlite3_get_autocommit(self.db):
+                raise _errors.MisuseError(
+                    f"a transaction is already open on {self.path!r}", code=SQLITE_MISUSE
+                )
+            self._begin_if_needed(S_BEGIN_WRITE)
+        finally:
+            self._leave()
+
+    def commit(self):
+        """Commit the open transaction."""
+        self._enter()
+        try:
+            self._finish(not sqlite3_get_autocommit(self.db), True)
+        finally:
+            self._leave()
+
+    def rollback(self):
+        """Roll back the open transaction (no-op without one)."""
+        self._enter()
+        try:
+            self._finish(not sqlite3_get_autocommit(self.db), False)
+            self._depth = 0
+        finally:
+            self._leave()
+
+    def transaction(self):
+        """A context manager: one atomic write transaction; nested uses are savepoints."""
+        return Transaction(self)
+
+    # --- maintenance and plain SQL ----------------------------------------------------------
+
+    def checkpoint(self, mode="passive"):
+        """Checkpoint the WAL; returns (frames in the WAL, frames checkpointed)."""
+        cdef int cmode
+        cdef int rc
+        cdef int log = 0
+        cdef int done = 0
+        try:
+            cmode = _CHECKPOINT_MODES[mode]
+        except KeyError:
+            raise ValueError(f"mode must be one of {sorted(_CHECKPOINT_MODES)}, not {mode!r}") from None
+        self._enter()
+        try:
+            with nogil:
+                rc = sqlite3_wal_checkpoint_v2(self.db, NULL, cmode, &log, &done)
+            if rc != SQLITE_OK:
+                raise self._error(rc, "cannot checkpoint")
+            return (log, done)
+        finally:
+            self._leave()
+
+    def journal_mode(self, mode=None):
+        """The journal mode, after setting it to `mode` if given."""
+        if mode is not None:
+            mode = str(mode).lower()
+            if mode not in _JOURNAL_MODES:
+                raise ValueError(f"journal mode must be one of {_JOURNAL_MODES}, not {mode!r}")
+            result = self.pragma("journal_mode", mode)
+        else:
+            result = self.pragma("journal_mode")
+        return str(result).lower()
+
+    def integrity_check(self, max_errors=100):
+        """SQLite's integrity check: the problems found, an empty list when the file is sound."""
+        rows = self.execute(f"PRAGMA integrity_check({int(max_errors)})")
+        problems = [row[0] for row in rows]
+        return [] if problems == ["ok"] else problems
+
+    def vacuum(self):
+        """Rebuild the file without free pages."""
+        self.execute("VACUUM")
+
+    def backup_to(self, path, *, pages_per_step=-1):
+        """A consistent copy through SQLite's online backup API, left in DELETE journal mode.
+        pages_per_step -1 copies everything in one step (one snapshot)."""
+        cdef sqlite3* dest = NULL
+        cdef sqlite3_backup* backup
+        cdef int rc
+        cdef int pages = pages_per_step
+        cdef bytes target = os.fsdecode(os.fspath(path)).encode("utf-8")
+        cdef const char* c_target = target
+        self._enter()
+        try:
+            with nogil:
+                rc = sqlite3_open_v2(c_target, &dest,
+                                     SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_EXRESCODE,
+                                     NULL)
+            if rc != SQLITE_OK:
+                err = _errors.sqlite_error(rc, sqlite3_extended_errcode(dest),
+                                           sqlite3_errmsg(dest).decode("utf-8", "replace"),
+                                           filename=os.fspath(path), context="cannot create the copy")
+                sqlite3_close_v2(dest)
+                raise err
+            try:
+                sqlite3_busy_timeout(dest, <int>(self._busy_timeout * 1000))
+                backup = sqlite3_backup_init(dest, "main", self.db, "main")
+                if backup == NULL:
+                    raise _errors.sqlite_error(
+                        sqlite3_errcode(dest), sqlite3_extended_errcode(dest),
+                        sqlite3_errmsg(dest).decode("utf-8", "replace"),
+                        filename=os.fspath(path), context="cannot start the backup")
+                with nogil:
+                    while True:
+                        rc = sqlite3_backup_step(backup, pages)
+                        if rc == SQLITE_BUSY or rc == SQLITE_LOCKED:
+                            sqlite3_sleep(10)
+                        elif rc != SQLITE_OK:
+                            break
+                    sqlite3_backup_finish(backup)
+                if rc != SQLITE_DONE:
+                    raise _errors.sqlite_error(rc, rc, sqlite3_errstr(rc).decode("utf-8", "replace"),
+                                               filename=os.fspath(path), context="backup failed")
+                rc = sqlite3_exec(dest, "PRAGMA journal_mode = DELETE", NULL, NULL, NULL)
+                if rc != SQLITE_OK:
+                    raise _errors.sqlite_error(rc, sqlite3_extended_errcode(dest),
+                                               sqlite3_errmsg(dest).decode("utf-8", "replace"),
+                                               filename=os.fspath(path))
+            finally:
+                with nogil:
+                    sqlite3_close_v2(dest)
+        finally:
+            self._leave()
+
+    def pragma(self, name, value=None):
+        """PRAGMA name [= value]; the first column of the first row, or None."""
+        if not (isinstance(name, str) and name.replace("_", "").isalnum() and name.isascii()):
+            raise ValueError(f"not a pragma name: {name!r}")
+        if value is None:
+            sql = f"PRAGMA {name}"
+        elif isinstance(value, bool) or isinstance(value, int):
+            sql = f"PRAGMA {name} = {int(value)}"
+        elif isinstance(value, str) and value.replace("_", "").isalnum() and value.isascii():
+            sql = f"PRAGMA {name} = {value}"
+        else:
+            raise ValueError(f"not a pragma value: {value!r}")
+        rows = self.execute(sql)
+        return rows[0][0] if rows else None
+
+    def execute(self, sql, params=()):
+        """Run one SQL statement with bound parameters; returns all rows as tuples."""
+        cdef bytes b = sql.encode("utf-8")
+        cdef const char* c_sql = b
+        cdef const char* tail = NULL
+        cdef sqlite3_stmt* stmt = NULL
+        cdef int rc
+        cdef int i
+        cdef int ncol
+        cdef int ctype
+        cdef Key k
+        cdef Py_buffer view
+        cdef list rows = []
+        cdef list keep = []
+        self._enter()
+        try:
+            with nogil:
+                rc = sqlite3_prepare_v2(self.db, c_sql, -1, &stmt, &tail)
+            if rc != SQLITE_OK:
+                raise self._error(rc)
+            try:
+                if stmt == NULL:
+                    return rows
+                if tail != NULL and tail[0] != 0 and bytes(tail).strip():
+                    raise ValueError("execute() runs one statement; use executescript() for more")
+                for i, p in enumerate(params, 1):
+                    if p is None:
+                        rc = sqlite3_bind_null(stmt, i)
+                    elif isinstance(p, bool) or isinstance(p, int):
+                        rc = sqlite3_bind_int64(stmt, i, p)
+                    elif isinstance(p, float):
+                        rc = sqlite3_bind_double(stmt, i, p)
+                    elif isinstance(p, str):
+                        _key(p, &k)
+                        keep.append(p)
+                        rc = sqlite3_bind_text64(stmt, i, k.data, k.size, SQLITE_TRANSIENT, SQLITE_UTF8)
+                    else:
+                        PyObject_GetBuffer(p, &view, PyBUF_SIMPLE)
+                        try:
+                            rc = sqlite3_bind_blob64(stmt, i, view.buf, view.len, SQLITE_TRANSIENT)
+                        finally:
+                            PyBuffer_Release(&view)
+                    if rc != SQLITE_OK:
+                        raise self._error(rc, f"cannot bind parameter {i}")
+                ncol = sqlite3_column_count(stmt)
+                while True:
+                    with nogil:
+                        rc = sqlite3_step(stmt)
+                    if rc != SQLITE_ROW:
+                        break
+                    row = []
+                    for i in range(ncol):
+                        ctype = sqlite3_column_type(stmt, i)
+                        if ctype == SQLITE_NULL:
+                            row.append(None)
+                        elif ctype == SQLITE_INTEGER:
+                            row.append(sqlite3_column_int64(stmt, i))
+                        elif ctype == SQLITE_FLOAT:
+                            row.append(sqlite3_column_double(stmt, i))
+                        elif ctype == SQLITE_TEXT:
+                            text = sqlite3_column_text(stmt, i)
+                            row.append(_decode_key(<const char*>text, sqlite3_column_bytes(stmt, i)))
+                        else:
+                            blob = sqlite3_column_blob(stmt, i)
+                            row.append((<const char*>blob)[:sqlite3_column_bytes(stmt, i)]
+                                       if blob != NULL else b"")
+                    rows.append(tuple(row))
+                if rc != SQLITE_DONE:
+                    raise self._error(rc)
+                return rows
+            finally:
+                with nogil:
+                    sqlite3_finalize(stmt)
+        finally:
+            self._leave()
+
+    def executescript(self, sql):
+        """Run several SQL statements (no parameters, no results)."""
+        cdef bytes b = sql.encode("utf-8")
+        cdef const char* c_sql = b
+        cdef int rc
+        self._enter()
+        try:
+            with nogil:
+                rc = sqlite3_exec(self.db, c_sql, NULL, NULL, NULL)
+            if rc != SQLITE_OK:
+                raise self._error(rc)
+        finally:
+            self._leave()

@@ -64,6 +64,8 @@ cdef extern from "_sqlite_amalgamation.h" nogil:
 
     int sqlite3_prepare_v3(sqlite3* db, const char* sql, int nbyte, unsigned int flags,
                            sqlite3_stmt** stmt, const char** tail)
+    int sqlite3_prepare_v2(sqlite3* db, const char* sql, int nbyte, sqlite3_stmt** stmt,
+                           const char** tail)
     int sqlite3_step(sqlite3_stmt* stmt)
     int sqlite3_reset(sqlite3_stmt* stmt)
     int sqlite3_clear_bindings(sqlite3_stmt* stmt)
@@ -74,11 +76,13 @@ cdef extern from "_sqlite_amalgamation.h" nogil:
                             sqlite3_destructor_type destructor)
     int sqlite3_bind_int64(sqlite3_stmt* stmt, int i, sqlite3_int64 value)
     int sqlite3_bind_null(sqlite3_stmt* stmt, int i)
+    int sqlite3_bind_double(sqlite3_stmt* stmt, int i, double value)
     int sqlite3_column_type(sqlite3_stmt* stmt, int col)
     const void* sqlite3_column_blob(sqlite3_stmt* stmt, int col)
     const unsigned char* sqlite3_column_text(sqlite3_stmt* stmt, int col)
     int sqlite3_column_bytes(sqlite3_stmt* stmt, int col)
     sqlite3_int64 sqlite3_column_int64(sqlite3_stmt* stmt, int col)
+    double sqlite3_column_double(sqlite3_stmt* stmt, int col)
     int sqlite3_column_count(sqlite3_stmt* stmt)
     const char* sqlite3_column_name(sqlite3_stmt* stmt, int col)
     unsigned char SQLITE_UTF8

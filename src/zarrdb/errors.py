@@ -62,6 +62,10 @@ class SQLiteError(ZarrDBError):
         self.sqlite_message = sqlite_message
         self.filename = filename
 
+    def __str__(self) -> str:
+        # OSError subclasses would otherwise format themselves as "[Errno ...] ...".
+        return str(self.args[0]) if self.args else ""
+
 
 class DatabaseLockedError(SQLiteError):
     """Another connection holds a lock that did not clear within the busy timeout (SQLITE_BUSY,
@@ -176,7 +180,7 @@ _ADVICE: dict[int, str] = {
     13: "free disk space and retry; the transaction was rolled back",
     14: "check that the path exists, is a file, and can be read",
     18: "values in a SQLiteStore file are limited to 2,147,483,645 bytes; use smaller chunks",
-    26: "the file is not an SQLite database (is it a .zarrdb file?)",
+    26: "is this a .zarrdb file?",
 }
 
 
@@ -191,12 +195,8 @@ def sqlite_error(
     """Build the exception for an SQLite result code (not raise it)."""
     primary = code & 0xFF
     cls = _BY_PRIMARY_CODE.get(primary, SQLiteError)
-    parts = []
-    if context:
-        parts.append(context)
-    if filename:
-        parts.append(repr(filename))
-    head = ": ".join(parts)
+    where = repr(filename) if filename else ""
+    head = f"{context} {where}".strip()
     message = f"{head}: {sqlite_message}" if head else sqlite_message
     advice = _ADVICE.get(primary)
     if advice:

@@ -1,0 +1,133 @@
+"""Type stubs for zarrdb._core, the engine under SQLiteStore (knows nothing of zarr)."""
+
+import os
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Any, Literal
+
+from typing_extensions import Buffer, Self
+
+BUNDLED_SQLITE: bool
+MAX_VALUE_SIZE: int  # 2_147_483_645, the spec's limit for one value
+
+def _library_info() -> tuple[str, str, tuple[str, ...]]: ...
+
+class Transaction:
+    """Context manager from Database.transaction(): the outermost level is BEGIN IMMEDIATE ..
+    COMMIT, inner levels are savepoints; an exception rolls back that level and propagates."""
+
+    def __enter__(self) -> Database: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+class Database:
+    """One SQLite connection to a file with a `zarr(k TEXT PRIMARY KEY, v BLOB)` table.
+
+    Used by one thread at a time (simultaneous use raises ConcurrentUseError); never usable in
+    a child process after fork (ForkedProcessError). Every SQLite call runs without the GIL.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        mode: Literal["r", "w", "c"] = "c",
+        uri: bool = False,
+        immutable: bool = False,
+        busy_timeout: float = 5.0,
+        page_size: int | None = None,
+        cache_size: int | None = None,
+        mmap_size: int | None = None,
+        synchronous: Literal["off", "normal", "full", "extra"] | None = None,
+        journal_mode: Literal["delete", "truncate", "persist", "memory", "wal", "off"]
+        | None = None,
+    ) -> None:
+        """mode: "r" read-only, "w" read-write (file must exist), "c" read-write, created if
+        missing. uri: path is a `file:` URI. immutable: read-only media, no locking (implies
+        "r"). busy_timeout in seconds. page_size applies to new files only. cache_size in KiB.
+        mmap_size in bytes (0 = off)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def readonly(self) -> bool: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def in_transaction(self) -> bool: ...
+    @property
+    def busy_timeout(self) -> float: ...
+    def close(self) -> None:
+        """Close the connection; idempotent. In a forked child it only forgets the handle."""
+
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *exc_info: object) -> None: ...
+
+    # reads ---------------------------------------------------------------------------
+    def get(self, key: str) -> bytes | None: ...
+    def get_into(self, key: str, out: Buffer) -> int | None:
+        """Copy the value into the writable buffer `out`; returns its length, or None if the
+        key is missing. ValueError (nothing copied) if `out` is smaller than the value."""
+
+    def get_range(self, key: str, start: int, length: int | None) -> bytes | None:
+        """Bytes [start, start+length) of the value, clamped to its end; length None: to the
+        end; start < 0: the last -start bytes (suffix). A start past the end gives b""."""
+
+    def get_many(self, keys: Sequence[str]) -> list[bytes | None]: ...
+    def get_ranges(
+        self, requests: Sequence[tuple[str, int, int | None]]
+    ) -> list[bytes | None]: ...
+    def exists(self, key: str) -> bool: ...
+    def length(self, key: str) -> int | None: ...
+
+    # writes (each is one transaction unless inside one) ---------------------------------
+    def set(self, key: str, value: Buffer) -> None: ...
+    def set_many(self, pairs: Iterable[tuple[str, Buffer]]) -> None: ...
+    def set_if_absent(self, key: str, value: Buffer) -> bool:
+        """Insert unless the key exists; True if it was written."""
+
+    def delete(self, key: str) -> bool:
+        """True if the key existed."""
+
+    def delete_many(self, keys: Iterable[str]) -> int: ...
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every key that starts with `prefix` ("" deletes all); returns the count."""
+
+    # listings ------------------------------------------------------------------------
+    def list_keys(self) -> list[str]: ...
+    def list_prefix(self, prefix: str) -> list[str]:
+        """Keys that start with `prefix`, in BINARY (UTF-8 byte) order."""
+
+    def list_dir(self, prefix: str) -> list[str]:
+        """Children of `prefix` ("" or ending in "/"), relative to it, sorted: a stored key as
+        its name, a sub-tree as its name with a trailing "/". One index seek per child."""
+
+    def size_prefix(self, prefix: str) -> int: ...
+    def count_prefix(self, prefix: str) -> int: ...
+
+    # transactions ----------------------------------------------------------------------
+    def begin_write(self) -> None: ...
+    def commit(self) -> None: ...
+    def rollback(self) -> None: ...
+    def transaction(self) -> Transaction: ...
+
+    # maintenance and plain SQL -----------------------------------------------------------
+    def checkpoint(
+        self, mode: Literal["passive", "full", "restart", "truncate"] = "passive"
+    ) -> tuple[int, int]: ...
+    def journal_mode(self, mode: str | None = None) -> str: ...
+    def integrity_check(self, max_errors: int = 100) -> list[str]:
+        """SQLite's integrity check; an empty list when the file is sound."""
+
+    def vacuum(self) -> None: ...
+    def backup_to(self, path: str | os.PathLike[str], *, pages_per_step: int = -1) -> None:
+        """A consistent copy through SQLite's online backup API; the copy is left in DELETE
+        journal mode. pages_per_step -1 copies in one step (one snapshot)."""
+
+    def pragma(self, name: str, value: int | str | None = None) -> Any: ...
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+    def executescript(self, sql: str) -> None: ...
