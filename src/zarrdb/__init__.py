@@ -16,3 +16,7 @@ compile_options: tuple[str, ...]
 sqlite_version, sqlite_source_id, compile_options = _library_info()
 
 __all__ = ["__version__", "compile_options", "errors", "sqlite_source_id", "sqlite_version"]
+
+from zarrdb.store import SQLiteStore  # noqa: E402
+
+__all__ += ["SQLiteStore"]

@@ -69,6 +69,10 @@ class Database:
 
     # reads ---------------------------------------------------------------------------
     def get(self, key: str) -> bytes | None: ...
+    def get_limited(self, key: str, limit: int) -> bytes | int | None:
+        """The value if at most `limit` bytes long; otherwise its length (nothing read); None
+        if the key is missing."""
+
     def get_into(self, key: str, out: Buffer) -> int | None:
         """Copy the value into the writable buffer `out`; returns its length, or None if the
         key is missing. ValueError (nothing copied) if `out` is smaller than the value."""
@@ -105,6 +109,9 @@ class Database:
     def list_dir(self, prefix: str) -> list[str]:
         """Children of `prefix` ("" or ending in "/"), relative to it, sorted: a stored key as
         its name, a sub-tree as its name with a trailing "/". One index seek per child."""
+
+    def has_prefix(self, prefix: str) -> bool:
+        """True if any key starts with `prefix` (one index seek)."""
 
     def size_prefix(self, prefix: str) -> int: ...
     def count_prefix(self, prefix: str) -> int: ...

@@ -70,6 +70,7 @@ def _library_info():
 cdef enum Stmt:
     S_GET
     S_LOCATE
+    S_GET_ROWID
     S_EXISTS
     S_LENGTH
     S_SET
@@ -96,6 +97,7 @@ cdef enum Stmt:
 cdef const char* _SQL[<int>S_COUNT]
 _SQL[<int>S_GET] = b"SELECT v FROM zarr WHERE k = ?1"
 _SQL[<int>S_LOCATE] = b"SELECT rowid, length(v) FROM zarr WHERE k = ?1"
+_SQL[<int>S_GET_ROWID] = b"SELECT v FROM zarr WHERE rowid = ?1"
 _SQL[<int>S_EXISTS] = b"SELECT 1 FROM zarr WHERE k = ?1"
 _SQL[<int>S_LENGTH] = b"SELECT length(v) FROM zarr WHERE k = ?1"
 _SQL[<int>S_SET] = (
@@ -695,6 +697,61 @@ cdef class Database:
         finally:
             self._leave()
 
+    def get_limited(self, key, limit):
+        """The value of `key` if it is at most `limit` bytes long; otherwise its length (an
+        int; nothing read); None if the key is missing."""
+        cdef Key k
+        cdef sqlite3_stmt* locate
+        cdef sqlite3_stmt* fetch
+        cdef int rc
+        cdef int64_t rowid = 0
+        cdef int64_t size = 0
+        cdef int64_t c_limit = limit
+        cdef const void* src = NULL
+        cdef Py_ssize_t n = 0
+        cdef bytes out
+        _key(key, &k)
+        self._enter()
+        try:
+            locate = self._stmt(S_LOCATE)
+            fetch = self._stmt(S_GET_ROWID)
+            with nogil:
+                sqlite3_bind_text64(locate, 1, k.data, k.size, SQLITE_STATIC, SQLITE_UTF8)
+                rc = sqlite3_step(locate)
+                if rc == SQLITE_ROW:
+                    rowid = sqlite3_column_int64(locate, 0)
+                    size = sqlite3_column_int64(locate, 1)
+                    if size <= c_limit:
+                        # `locate` is not reset yet: its read transaction keeps the rowid valid.
+                        sqlite3_bind_int64(fetch, 1, rowid)
+                        rc = sqlite3_step(fetch)
+                        if rc == SQLITE_ROW:
+                            src = sqlite3_column_blob(fetch, 0)
+                            n = sqlite3_column_bytes(fetch, 0)
+            if rc == SQLITE_DONE:
+                with nogil:
+                    sqlite3_reset(fetch)
+                    sqlite3_reset(locate)
+                return None
+            if rc != SQLITE_ROW:
+                err = self._error(rc, f"cannot read {key!r}")
+                sqlite3_reset(fetch)
+                sqlite3_reset(locate)
+                raise err
+            if size > c_limit:
+                with nogil:
+                    sqlite3_reset(locate)
+                return size
+            try:
+                out = PyBytes_FromStringAndSize(<const char*>src, n)
+            finally:
+                with nogil:
+                    sqlite3_reset(fetch)
+                    sqlite3_reset(locate)
+            return out
+        finally:
+            self._leave()
+
     def get_into(self, key, out):
         """Copy the value into the writable buffer `out`; its length, or None if missing.
         ValueError (nothing copied) if `out` is smaller than the value."""
@@ -1169,6 +1226,38 @@ cdef class Database:
             self._leave()
             free(arena.data)
             free(cursor)
+
+    def has_prefix(self, prefix):
+        """True if any key starts with `prefix` (one index seek)."""
+        cdef bytes lower = prefix.encode("utf-8")
+        cdef bytes upper = _upper_bound(lower) if lower else None
+        cdef sqlite3_stmt* stmt
+        cdef int rc
+        cdef const char* lo = lower
+        cdef const char* hi = NULL
+        cdef Py_ssize_t nlo = len(lower)
+        cdef Py_ssize_t nhi = 0
+        cdef bint ranged = upper is not None
+        if ranged:
+            hi = upper
+            nhi = len(upper)
+        self._enter()
+        try:
+            stmt = self._stmt(S_SEEK_GE if ranged else S_SEEK_GE_ALL)
+            with nogil:
+                sqlite3_bind_text64(stmt, 1, lo, nlo, SQLITE_STATIC, SQLITE_UTF8)
+                if ranged:
+                    sqlite3_bind_text64(stmt, 2, hi, nhi, SQLITE_STATIC, SQLITE_UTF8)
+                rc = sqlite3_step(stmt)
+            if rc != SQLITE_ROW and rc != SQLITE_DONE:
+                err = self._error(rc)
+                sqlite3_reset(stmt)
+                raise err
+            with nogil:
+                sqlite3_reset(stmt)
+            return rc == SQLITE_ROW
+        finally:
+            self._leave()
 
     def size_prefix(self, prefix):
         """The total length in bytes of the values whose keys start with `prefix`."""

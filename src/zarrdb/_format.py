@@ -1,0 +1,198 @@
+"""The SQLiteStore 1.0 file format as code: constants, schema, key rules, file validation.
+
+Everything the spec says lives here once; the store and the command line use it. The spec is
+"Zarr SQLiteStore specification version 1.0" (SPEC.md of the zarr-sqlite-python project).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from zarrdb import errors
+
+APPLICATION_ID = 0x10B50760
+FORMAT_VERSION = "1.0"
+SUPPORTED_MAJOR = 1
+# Flags this implementation understands (none are defined in 1.0).
+KNOWN_COMPATIBLE_FLAGS: frozenset[str] = frozenset()
+KNOWN_INCOMPATIBLE_FLAGS: frozenset[str] = frozenset()
+# The largest value a SQLiteStore file can hold (3 bytes less than 2 GiB).
+MAX_VALUE_SIZE = 2_147_483_645
+
+METADATA_TABLE = "zarr_sqlitestore_metadata"
+DATA_TABLE = "zarr"
+REQUIRED_METADATA = ("sqlitestore_version", "compatible_flags", "incompatible_flags")
+KNOWN_METADATA = REQUIRED_METADATA + ("created_by", "modified_at")
+
+SCHEMA = f"""
+CREATE TABLE {METADATA_TABLE} (
+    k TEXT PRIMARY KEY NOT NULL,
+    v TEXT NOT NULL
+);
+CREATE TABLE {DATA_TABLE} (
+    k TEXT PRIMARY KEY NOT NULL,
+    v BLOB NOT NULL
+);
+"""
+
+# Run inside each write transaction: one statement, no second transaction per write.
+TOUCH_MODIFIED_AT = (
+    f"INSERT INTO {METADATA_TABLE}(k, v) "
+    "VALUES ('modified_at', strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) "
+    "ON CONFLICT(k) DO UPDATE SET v = excluded.v"
+)
+
+_VERSION_RE = re.compile(r"^(\d+)\.(\d+)$")
+
+
+def initial_metadata(created_by: str) -> list[tuple[str, str]]:
+    """The metadata records of a new file."""
+    return [
+        ("sqlitestore_version", FORMAT_VERSION),
+        ("compatible_flags", ""),
+        ("incompatible_flags", ""),
+        ("created_by", created_by),
+        ("modified_at", format_timestamp(datetime.now(UTC))),
+    ]
+
+
+def format_timestamp(moment: datetime) -> str:
+    """RFC 3339, UTC, upper-case T and Z, milliseconds: 1999-12-31T23:59:59.999Z."""
+    moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def parse_timestamp(text: str) -> datetime | None:
+    """A modified_at value as an aware datetime; None when it is not RFC 3339 (the spec lets
+    readers treat such a value as absent). No timezone means UTC."""
+    candidate = text.strip()
+    if "T" not in candidate:
+        return None
+    if candidate.endswith(("Z", "z")):
+        candidate = candidate[:-1] + "+00:00"
+    try:
+        moment = datetime.fromisoformat(candidate)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment
+
+
+# --- keys ------------------------------------------------------------------------------------
+
+
+def check_key(key: str) -> str:
+    """`key` if it may be written to a SQLiteStore file, else InvalidKeyError."""
+    if not isinstance(key, str):
+        raise TypeError(f"keys are str, not {type(key).__name__}")
+    if key.startswith("/") or key.endswith("/") or "//" in key:
+        raise errors.InvalidKeyError(
+            f"invalid key {key!r}: keys must not start or end with '/' or contain '//'"
+        )
+    return key
+
+
+def dir_prefix(prefix: str) -> str:
+    """A directory prefix as zarr passes it ("", "a", "a/") in the form "" or "a/"."""
+    prefix = prefix.strip("/")
+    return f"{prefix}/" if prefix else ""
+
+
+# --- validation of an existing file -----------------------------------------------------------
+
+
+@dataclass
+class FileFacts:
+    """What a reader needs to know about a file to decide whether it can use it."""
+
+    application_id: int
+    tables: dict[str, str]  # name -> CREATE statement
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.tables
+
+    @property
+    def has_store_tables(self) -> bool:
+        return METADATA_TABLE in self.tables and DATA_TABLE in self.tables
+
+
+def read_facts(db) -> FileFacts:
+    """Gather FileFacts through a zarrdb._core.Database."""
+    application_id = int(db.pragma("application_id") or 0)
+    tables = dict(
+        db.execute("SELECT name, coalesce(sql, '') FROM sqlite_schema WHERE type = 'table'")
+    )
+    facts = FileFacts(application_id & 0xFFFFFFFF, tables)
+    if METADATA_TABLE in tables:
+        facts.metadata = {
+            str(k): str(v) for k, v in db.execute(f"SELECT k, v FROM {METADATA_TABLE}")
+        }
+    return facts
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    match = _VERSION_RE.match(text.strip())
+    if not match:
+        raise errors.UnsupportedVersionError(
+            f"sqlitestore_version is {text!r}, not MAJOR.MINOR; the file cannot be read"
+        )
+    return int(match.group(1)), int(match.group(2))
+
+
+def parse_flags(text: str) -> set[str]:
+    return {flag.strip() for flag in text.split(",") if flag.strip()}
+
+
+def validate(facts: FileFacts, *, path: str, writable: bool) -> list[str]:
+    """Raise the zarrdb.errors exception that says why the file cannot be used, or return the
+    warnings to show (e.g. a foreign application id in a file opened for reading)."""
+    notes: list[str] = []
+    if not facts.has_store_tables:
+        if facts.is_empty:
+            raise errors.NotAZarrDBError(
+                f"{path!r} is an empty SQLite database, not a SQLiteStore file"
+                + ("" if writable else "; open it for writing to initialise it")
+            )
+        others = ", ".join(sorted(facts.tables))
+        raise errors.NotAZarrDBError(
+            f"{path!r} is an SQLite database of another application (tables: {others}); "
+            f"a SQLiteStore file has the tables {METADATA_TABLE!r} and {DATA_TABLE!r}"
+        )
+    missing = [k for k in REQUIRED_METADATA if k not in facts.metadata]
+    if missing:
+        raise errors.FormatError(
+            f"{path!r} lacks the required metadata record(s) {', '.join(missing)} in "
+            f"{METADATA_TABLE}; it is not a valid SQLiteStore file"
+        )
+    major, _minor = parse_version(facts.metadata["sqlitestore_version"])
+    if major != SUPPORTED_MAJOR:
+        raise errors.UnsupportedVersionError(
+            f"{path!r} is SQLiteStore version {facts.metadata['sqlitestore_version']}; this "
+            f"zarrdb reads version {SUPPORTED_MAJOR}.x only (upgrade zarrdb)"
+        )
+    unknown = parse_flags(facts.metadata["incompatible_flags"]) - KNOWN_INCOMPATIBLE_FLAGS
+    if unknown:
+        raise errors.IncompatibleFlagError(
+            f"{path!r} uses feature(s) this zarrdb does not implement (incompatible flags: "
+            f"{', '.join(sorted(unknown))}); upgrade zarrdb to read it"
+        )
+    if facts.application_id != APPLICATION_ID:
+        message = (
+            f"{path!r} has application id {facts.application_id:#010x}, not "
+            f"{APPLICATION_ID:#010x} (SQLiteStore)"
+        )
+        if writable:
+            raise errors.FormatError(message + "; refusing to write to it (open it read-only)")
+        notes.append(message + "; reading it anyway")
+    return notes
+
+
+def warn(notes: list[str]) -> None:
+    for note in notes:
+        warnings.warn(note, UserWarning, stacklevel=3)

@@ -1,0 +1,780 @@
+"""SQLiteStore: a zarr v3 store in one SQLite file (SQLiteStore 1.0 format).
+
+Layout of the work (see ARCHITECTURE.md, "Concurrency and durability"):
+- reads: each thread has its own read connection, opened lazily; reads run in parallel with
+  the GIL released and never wait for the writer;
+- writes: one writer connection; concurrent set/delete calls are queued and committed together
+  (group commit); a call returns once its data is committed;
+- explicit transactions: `with store.transaction():` puts every write of the store into one
+  atomic commit;
+- the file is in WAL mode while open for writing and back in DELETE mode after close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import os
+import threading
+import weakref
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from zarr.abc.store import (
+    ByteRequest,
+    OffsetByteRequest,
+    RangeByteRequest,
+    Store,
+    SuffixByteRequest,
+)
+from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+
+from zarrdb import _format, errors
+from zarrdb._core import Database
+
+if TYPE_CHECKING:
+    from typing import Self
+
+__all__ = ["SQLiteStore"]
+
+Durability = Literal["full", "normal", "off"]
+_SYNCHRONOUS = {"full": "full", "normal": "normal", "off": "off"}
+
+# A read of at most this many bytes runs on the event loop's thread; a longer one is handed to
+# a worker thread so the loop is not stalled (benchmarks/test_tunables.py measures the cost of
+# a thread hop against the copy time).
+INLINE_READ_MAX = 256 * 1024
+# A group commit of at most this many bytes runs on the event loop's thread; a larger one in a
+# worker thread, so the loop keeps preparing the next chunks meanwhile.
+INLINE_COMMIT_MAX = 1024 * 1024
+# The writer never takes more than this many bytes into one group commit (the rest waits for
+# the next one): bounds the transaction and the memory pinned by queued values.
+GROUP_COMMIT_MAX_BYTES = 64 * 1024 * 1024
+
+
+def _value_view(value: Buffer) -> Any:
+    """The bytes of a zarr Buffer, without a copy for CPU buffers."""
+    return value.as_numpy_array()
+
+
+def _byte_range(byte_range: ByteRequest | None) -> tuple[int, int | None]:
+    """A zarr ByteRequest as the engine's (start, length)."""
+    if byte_range is None:
+        return 0, None
+    if isinstance(byte_range, RangeByteRequest):
+        if byte_range.start < 0:
+            raise ValueError(f"byte range start must be >= 0, got {byte_range}")
+        return byte_range.start, max(0, byte_range.end - byte_range.start)
+    if isinstance(byte_range, OffsetByteRequest):
+        if byte_range.offset < 0:
+            raise ValueError(f"byte range offset must be >= 0, got {byte_range}")
+        return byte_range.offset, None
+    if isinstance(byte_range, SuffixByteRequest):
+        if byte_range.suffix < 0:
+            raise ValueError(f"byte range suffix must be >= 0, got {byte_range}")
+        if byte_range.suffix == 0:
+            return 0, 0
+        return -byte_range.suffix, None
+    raise ValueError(f"Unexpected byte_range, got {byte_range}.")
+
+
+class _Submission:
+    """Writes from one caller, committed together; the caller waits on it."""
+
+    __slots__ = ("ops", "nbytes", "error", "event", "future", "loop")
+
+    def __init__(self, ops: list[tuple[str, str, Any]], nbytes: int) -> None:
+        self.ops = ops  # ("set", key, value) | ("delete", key, None)
+        self.nbytes = nbytes
+        self.error: BaseException | None = None
+        self.event: threading.Event | None = None
+        self.future: asyncio.Future[None] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def resolve(self) -> None:
+        if self.event is not None:
+            self.event.set()
+        if self.future is not None and self.loop is not None:
+            try:
+                self.loop.call_soon_threadsafe(self._settle)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                pass
+
+    def _settle(self) -> None:
+        future = self.future
+        if future is None or future.done():
+            return
+        if self.error is not None:
+            future.set_exception(self.error)
+        else:
+            future.set_result(None)
+
+
+class _Connections:
+    """The connections of one store in one process."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.store_path = store.path
+        self.options = store._options
+        self.read_only = store.read_only
+        self.pid = os.getpid()
+        self.local = threading.local()
+        self.readers: list[Database] = []
+        self.readers_lock = threading.Lock()
+        self.writer: Database | None = None
+        self.write_lock = threading.RLock()  # held while the writer connection is used
+        self.pending: list[_Submission] = []
+        self.pending_lock = threading.Lock()
+        self.flush_scheduled = False
+        self.flush_running = False
+        self.transaction_depth = 0
+        self.transaction_owner: int | None = None
+
+    # --- opening --------------------------------------------------------------------------
+
+    def open(self) -> None:
+        path = self.store_path
+        opts = self.options
+        if os.path.isdir(path):
+            raise errors.CantOpenError(
+                f"{path!r} is a directory; a SQLiteStore is a single file (for a directory "
+                "of chunk files use zarr.storage.LocalStore)",
+                code=14,
+                filename=path,
+            )
+        if self.read_only:
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"no such SQLiteStore file: {path!r}")
+            db = Database(
+                path,
+                mode="r",
+                immutable=opts["immutable"],
+                busy_timeout=opts["busy_timeout"],
+                cache_size=opts["cache_size"],
+                mmap_size=opts["mmap_size"],
+            )
+            try:
+                notes = _format.validate(_format.read_facts(db), path=path, writable=False)
+            except BaseException:
+                db.close()
+                raise
+            _format.warn(notes)
+            self._adopt_reader(db)
+            return
+        db = Database(
+            path,
+            mode="c",
+            busy_timeout=opts["busy_timeout"],
+            cache_size=opts["cache_size"],
+            synchronous=_SYNCHRONOUS[opts["durability"]],
+        )
+        try:
+            facts = _format.read_facts(db)
+            if facts.is_empty:
+                self._initialise(db)
+            else:
+                _format.warn(_format.validate(facts, path=path, writable=True))
+            mode = db.journal_mode("wal")
+            if mode != "wal":
+                raise errors.SQLiteError(f"cannot switch {path!r} to WAL mode (got {mode!r})")
+        except BaseException:
+            db.close()
+            raise
+        self.writer = db
+
+    def _initialise(self, db: Database) -> None:
+        from zarrdb import __version__
+
+        page_size = self.options["page_size"]
+        if page_size is not None:
+            db.pragma("page_size", int(page_size))
+        with db.transaction():
+            facts = _format.read_facts(db)  # another process may have won the race
+            if not facts.is_empty:
+                _format.warn(_format.validate(facts, path=self.store_path, writable=True))
+                return
+            db.pragma("application_id", _format.APPLICATION_ID)
+            db.executescript(_format.SCHEMA)
+            for key, value in _format.initial_metadata(f"zarrdb {__version__}"):
+                db.execute(
+                    f"INSERT INTO {_format.METADATA_TABLE}(k, v) VALUES (?, ?)", (key, value)
+                )
+
+    def _new_reader(self) -> Database:
+        opts = self.options
+        db = Database(
+            self.store_path,
+            mode="r" if self.read_only else "w",
+            immutable=opts["immutable"],
+            busy_timeout=opts["busy_timeout"],
+            cache_size=opts["cache_size"],
+            mmap_size=opts["mmap_size"],
+        )
+        self._adopt_reader(db)
+        return db
+
+    def _adopt_reader(self, db: Database) -> None:
+        self.local.reader = db
+        with self.readers_lock:
+            self.readers.append(db)
+
+    # --- the connection for this call ----------------------------------------------------------
+
+    def reader(self) -> Database:
+        """The calling thread's read connection."""
+        db = getattr(self.local, "reader", None)
+        if db is None or db.closed:
+            db = self._new_reader()
+        return db
+
+    @contextlib.contextmanager
+    def read_connection(self):
+        """The connection a read uses: the writer while a transaction is open (so reads see
+        the transaction's own writes), else this thread's reader."""
+        if self.transaction_depth:
+            with self.write_lock:
+                yield self.writer
+        else:
+            yield self.reader()
+
+    # --- writes: group commit --------------------------------------------------------------------
+
+    def take_batch(self) -> list[_Submission]:
+        with self.pending_lock:
+            batch: list[_Submission] = []
+            total = 0
+            while self.pending and (not batch or total + self.pending[0].nbytes <= GROUP_COMMIT_MAX_BYTES):
+                sub = self.pending.pop(0)
+                total += sub.nbytes
+                batch.append(sub)
+            return batch
+
+    def commit(self, batch: list[_Submission]) -> None:
+        """Apply `batch` in one transaction (or inside the open explicit transaction), set each
+        submission's error, and wake its caller."""
+        if not batch:
+            return
+        try:
+            with self.write_lock:
+                try:
+                    self._apply(batch)
+                except errors.ZarrDBError as exc:
+                    if len(batch) == 1:
+                        batch[0].error = exc
+                    else:
+                        # One caller's bad write must not fail the others: retry one by one.
+                        for sub in batch:
+                            try:
+                                self._apply([sub])
+                            except errors.ZarrDBError as single:
+                                sub.error = single
+        except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
+            for sub in batch:
+                if sub.error is None:
+                    sub.error = exc
+        finally:
+            for sub in batch:
+                sub.resolve()
+
+    def _apply(self, batch: list[_Submission]) -> None:
+        db = self.writer
+        assert db is not None
+        joined = self.transaction_depth > 0
+        if not joined:
+            db.begin_write()
+        try:
+            sets: list[tuple[str, Any]] = []
+            for sub in batch:
+                for kind, key, value in sub.ops:
+                    if kind == "set":
+                        sets.append((key, value))
+                    else:
+                        if sets:
+                            db.set_many(sets)
+                            sets = []
+                        if kind == "delete":
+                            db.delete(key)
+                        elif kind == "delete_prefix":
+                            db.delete_prefix(key)
+                        elif kind == "set_if_absent":
+                            db.set_if_absent(key, value)
+                        else:  # pragma: no cover - internal misuse
+                            raise AssertionError(kind)
+            if sets:
+                db.set_many(sets)
+            db.execute(_format.TOUCH_MODIFIED_AT)
+        except BaseException:
+            if not joined and db.in_transaction:
+                db.rollback()
+            raise
+        if not joined:
+            db.commit()
+
+    def write_sync(self, sub: _Submission) -> None:
+        """Queue `sub` and return once it is committed (the first waiter commits for all)."""
+        if self.transaction_depth:
+            self.commit([sub])
+        else:
+            sub.event = threading.Event()
+            with self.pending_lock:
+                self.pending.append(sub)
+            while not sub.event.is_set():
+                with self.write_lock:
+                    if sub.event.is_set():
+                        break
+                    self.commit(self.take_batch())
+        if sub.error is not None:
+            raise sub.error
+
+    async def write_async(self, sub: _Submission) -> None:
+        """Queue `sub`; the event loop commits everything queued in its next turn."""
+        if self.transaction_depth:
+            self.commit([sub])
+            if sub.error is not None:
+                raise sub.error
+            return
+        loop = asyncio.get_running_loop()
+        sub.loop = loop
+        sub.future = loop.create_future()
+        with self.pending_lock:
+            self.pending.append(sub)
+            schedule = not self.flush_scheduled
+            self.flush_scheduled = True
+        if schedule:
+            loop.call_soon(self._flush, loop)
+        await sub.future
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.flush_running:
+            return  # the running commit reschedules when it finishes
+        with self.pending_lock:
+            self.flush_scheduled = False
+        batch = self.take_batch()
+        if not batch:
+            return
+        if sum(sub.nbytes for sub in batch) <= INLINE_COMMIT_MAX:
+            self.commit(batch)
+            self._reschedule(loop)
+            return
+        self.flush_running = True
+
+        def done(_: object) -> None:
+            self.flush_running = False
+            self._reschedule(loop)
+
+        loop.run_in_executor(None, self.commit, batch).add_done_callback(done)
+
+    def _reschedule(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self.pending_lock:
+            if not self.pending or self.flush_scheduled:
+                return
+            self.flush_scheduled = True
+        loop.call_soon(self._flush, loop)
+
+    # --- closing -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self.pid != os.getpid():
+            return  # the parent's connections: not ours to touch
+        with self.readers_lock:
+            readers, self.readers = self.readers, []
+        for db in readers:
+            db.close()
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            with self.write_lock:
+                while self.pending:
+                    self.commit(self.take_batch())
+                try:
+                    writer.checkpoint("truncate")
+                    writer.journal_mode("delete")
+                except errors.DatabaseLockedError:
+                    # Another connection still has the file open; the last one to close
+                    # checkpoints it.
+                    pass
+                finally:
+                    writer.close()
+
+
+class _TransactionContext:
+    """`with store.transaction():` and `async with store.transaction():`."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.store = store
+
+    def __enter__(self) -> SQLiteStore:
+        conns = self.store._connections_for_write()
+        conns.write_lock.acquire()
+        try:
+            if conns.transaction_depth == 0:
+                conns.writer.begin_write()  # type: ignore[union-attr]
+            conns.transaction_depth += 1
+        except BaseException:
+            conns.write_lock.release()
+            raise
+        return self.store
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        conns = self.store._conns
+        assert conns is not None and conns.writer is not None
+        try:
+            conns.transaction_depth -= 1
+            if conns.transaction_depth == 0:
+                db = conns.writer
+                if exc_type is None:
+                    try:
+                        db.execute(_format.TOUCH_MODIFIED_AT)
+                        db.commit()
+                    except BaseException:
+                        if db.in_transaction:
+                            db.rollback()
+                        raise
+                elif db.in_transaction:
+                    db.rollback()
+        finally:
+            conns.write_lock.release()
+
+    async def __aenter__(self) -> SQLiteStore:
+        await self.store._ensure_open()
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+class SQLiteStore(Store):
+    """A zarr v3 store that keeps a whole hierarchy in one SQLite file (SQLiteStore 1.0).
+
+    Parameters
+    ----------
+    path
+        The `.zarrdb` file. Opening for writing creates it when missing.
+    read_only
+        Open with SQLite's read-only mode: nothing is created or modified.
+    durability
+        "full": every commit is fsync'ed (survives power loss); "normal" (default): survives a
+        crash of the process, a power loss may drop the last commits; "off": no fsync at all,
+        for bulk loads that can be redone.
+    page_size
+        Page size in bytes for a new file (512 to 65536, a power of two).
+    busy_timeout
+        Seconds to wait for another process's lock before raising DatabaseLockedError.
+    immutable
+        The file is on read-only media or a share and cannot change while open: read it
+        without any locking (implies read_only).
+    cache_size
+        Page cache per connection, in KiB.
+    mmap_size
+        Bytes of the file to memory-map for reads (0 disables).
+    """
+
+    supports_writes: bool = True
+    supports_deletes: bool = True
+    supports_listing: bool = True
+    supports_consolidated_metadata: bool = True
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        read_only: bool = False,
+        durability: Durability = "normal",
+        page_size: int | None = None,
+        busy_timeout: float = 5.0,
+        immutable: bool = False,
+        cache_size: int | None = None,
+        mmap_size: int | None = None,
+    ) -> None:
+        super().__init__(read_only=read_only or immutable)
+        if durability not in _SYNCHRONOUS:
+            raise ValueError(f"durability must be 'full', 'normal' or 'off', not {durability!r}")
+        self.path = os.path.abspath(os.fspath(path))
+        self._options: dict[str, Any] = {
+            "durability": durability,
+            "page_size": page_size,
+            "busy_timeout": float(busy_timeout),
+            "immutable": bool(immutable),
+            "cache_size": cache_size,
+            "mmap_size": mmap_size,
+        }
+        self._conns: _Connections | None = None
+        self._open_lock = threading.Lock()
+
+    # --- life cycle ------------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, *args: Any, **kwargs: Any) -> Self:
+        store = cls(*args, **kwargs)
+        await store._open()
+        return store
+
+    async def _open(self) -> None:
+        if self._is_open:
+            raise ValueError("store is already open")
+        self._open_sync()
+
+    def _open_sync(self) -> _Connections:
+        with self._open_lock:
+            conns = self._conns
+            if conns is not None and conns.pid == os.getpid() and self._is_open:
+                return conns
+            conns = _Connections(self)
+            conns.open()
+            self._conns = conns
+            self._is_open = True
+            _register_for_exit(self)
+            return conns
+
+    def _connections(self) -> _Connections:
+        conns = self._conns
+        if conns is None or not self._is_open or conns.pid != os.getpid():
+            conns = self._open_sync()
+        return conns
+
+    def _connections_for_write(self) -> _Connections:
+        self._check_writable()
+        return self._connections()
+
+    async def _ensure_open(self) -> None:
+        self._connections()
+
+    def close(self) -> None:
+        """Commit what is queued, close every connection, and leave one file (DELETE mode)."""
+        conns, self._conns = self._conns, None
+        if conns is not None:
+            conns.close()
+        super().close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def with_read_only(self, read_only: bool = False) -> SQLiteStore:
+        opts = dict(self._options)
+        return type(self)(self.path, read_only=read_only, **opts)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, SQLiteStore)
+            and self.path == other.path
+            and self.read_only == other.read_only
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.path, self.read_only))
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r}{', read_only=True' if self.read_only else ''})"
+
+    def __str__(self) -> str:
+        return f"sqlite://{self.path}"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "read_only": self.read_only, "options": dict(self._options)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"], read_only=state["read_only"], **state["options"])  # type: ignore[misc]
+
+    def transaction(self) -> _TransactionContext:
+        """Every write to this store inside the block is one atomic commit (rolled back if the
+        block raises). Nested blocks join the outer one. Reads inside see the block's writes."""
+        return _TransactionContext(self)
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def get_sync(
+        self,
+        key: str,
+        *,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        """Synchronous `get`, for zarr's codec worker threads."""
+        if prototype is None:
+            prototype = default_buffer_prototype()
+        start, length = _byte_range(byte_range)
+        with self._connections().read_connection() as db:
+            if byte_range is None:
+                data = db.get(key)
+            else:
+                data = db.get_range(key, start, length)
+        return None if data is None else prototype.buffer.from_bytes(data)
+
+    async def get(
+        self,
+        key: str,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        if prototype is None:
+            prototype = default_buffer_prototype()
+        start, length = _byte_range(byte_range)
+        conns = self._connections()
+        if conns.transaction_depth:
+            return self.get_sync(key, prototype=prototype, byte_range=byte_range)
+        db = conns.reader()
+        if byte_range is None:
+            data = db.get_limited(key, INLINE_READ_MAX)
+            if isinstance(data, int):
+                data = await asyncio.to_thread(self._get_in_thread, key)
+        elif length is not None and length > INLINE_READ_MAX:
+            data = await asyncio.to_thread(self._get_range_in_thread, key, start, length)
+        else:
+            data = db.get_range(key, start, length)
+        return None if data is None else prototype.buffer.from_bytes(data)
+
+    def _get_in_thread(self, key: str) -> bytes | None:
+        return self._connections().reader().get(key)
+
+    def _get_range_in_thread(self, key: str, start: int, length: int | None) -> bytes | None:
+        return self._connections().reader().get_range(key, start, length)
+
+    def _get_ranges_sync(
+        self, requests: Sequence[tuple[str, int, int | None]]
+    ) -> list[bytes | None]:
+        with self._connections().read_connection() as db:
+            return db.get_ranges(requests)
+
+    async def _get_ranges(
+        self, requests: list[tuple[str, int, int | None]]
+    ) -> list[bytes | None]:
+        if len(requests) <= 4 or self._connections().transaction_depth:
+            return self._get_ranges_sync(requests)
+        return await asyncio.to_thread(self._get_ranges_sync, requests)
+
+    async def get_partial_values(
+        self,
+        prototype: BufferPrototype,
+        key_ranges: Iterable[tuple[str, ByteRequest | None]],
+    ) -> list[Buffer | None]:
+        requests = [(key, *_byte_range(byte_range)) for key, byte_range in key_ranges]
+        if not requests:
+            return []
+        values = await self._get_ranges(requests)
+        return [None if v is None else prototype.buffer.from_bytes(v) for v in values]
+
+    async def _get_many(
+        self, requests: Iterable[tuple[str, BufferPrototype, ByteRequest | None]]
+    ) -> AsyncIterator[tuple[str, Buffer | None]]:
+        reqs = list(requests)
+        values = await self._get_ranges([(key, *_byte_range(br)) for key, _, br in reqs])
+        for (key, prototype, _), value in zip(reqs, values, strict=True):
+            yield key, (None if value is None else prototype.buffer.from_bytes(value))
+
+    async def exists(self, key: str) -> bool:
+        with self._connections().read_connection() as db:
+            return db.exists(key)
+
+    async def getsize(self, key: str) -> int:
+        with self._connections().read_connection() as db:
+            size = db.length(key)
+        if size is None:
+            raise FileNotFoundError(key)
+        return size
+
+    async def getsize_prefix(self, prefix: str) -> int:
+        with self._connections().read_connection() as db:
+            return db.size_prefix(_format.dir_prefix(prefix))
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def _submission(self, ops: list[tuple[str, str, Any]]) -> _Submission:
+        nbytes = 0
+        for kind, key, value in ops:
+            if kind in ("set", "set_if_absent"):
+                _format.check_key(key)
+                size = value.nbytes
+                if size > _format.MAX_VALUE_SIZE:
+                    raise errors.ValueTooLargeError(
+                        f"the value for {key!r} has {size:,} bytes, over the limit of "
+                        f"{_format.MAX_VALUE_SIZE:,} bytes of a SQLiteStore file; nothing was "
+                        "written (use smaller chunks or shards)",
+                        code=18,
+                    )
+                nbytes += size
+            nbytes += len(key)
+        return _Submission(ops, nbytes)
+
+    def set_sync(self, key: str, value: Buffer) -> None:
+        """Synchronous `set`, for zarr's codec worker threads."""
+        conns = self._connections_for_write()
+        conns.write_sync(self._submission([("set", key, _value_view(value))]))
+
+    def delete_sync(self, key: str) -> None:
+        """Synchronous `delete`, for zarr's codec worker threads."""
+        conns = self._connections_for_write()
+        conns.write_sync(self._submission([("delete", key, None)]))
+
+    async def set(self, key: str, value: Buffer) -> None:
+        conns = self._connections_for_write()
+        if not isinstance(value, Buffer):
+            raise TypeError(
+                f"SQLiteStore.set(): `value` must be a Buffer instance, not {type(value).__name__}"
+            )
+        await conns.write_async(self._submission([("set", key, _value_view(value))]))
+
+    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        conns = self._connections_for_write()
+        await conns.write_async(self._submission([("set_if_absent", key, _value_view(value))]))
+
+    async def _set_many(self, values: Iterable[tuple[str, Buffer]]) -> None:
+        conns = self._connections_for_write()
+        ops = [("set", key, _value_view(value)) for key, value in values]
+        if ops:
+            await conns.write_async(self._submission(ops))
+
+    async def delete(self, key: str) -> None:
+        conns = self._connections_for_write()
+        await conns.write_async(self._submission([("delete", key, None)]))
+
+    async def delete_dir(self, prefix: str) -> None:
+        conns = self._connections_for_write()
+        await conns.write_async(self._submission([("delete_prefix", _format.dir_prefix(prefix), None)]))
+
+    async def clear(self) -> None:
+        await self.delete_dir("")
+
+    # --- listings ------------------------------------------------------------------------------
+
+    async def list(self) -> AsyncIterator[str]:
+        with self._connections().read_connection() as db:
+            keys = db.list_keys()
+        for key in keys:
+            yield key
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        with self._connections().read_connection() as db:
+            keys = db.list_prefix(prefix)
+        for key in keys:
+            yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        with self._connections().read_connection() as db:
+            children = db.list_dir(_format.dir_prefix(prefix))
+        seen: set[str] = set()
+        for child in children:
+            name = child[:-1] if child.endswith("/") else child
+            if name not in seen:  # a key and a sub-tree may share a name
+                seen.add(name)
+                yield name
+
+    async def is_empty(self, prefix: str) -> bool:
+        with self._connections().read_connection() as db:
+            return not db.has_prefix(_format.dir_prefix(prefix))
+
+
+# Stores still open at interpreter exit are closed, so their files are left in DELETE mode.
+_open_stores: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
+
+
+def _register_for_exit(store: SQLiteStore) -> None:
+    _open_stores.add(store)
+
+
+def _close_all() -> None:
+    for store in list(_open_stores):
+        with contextlib.suppress(Exception):
+            store.close()
+
+
+atexit.register(_close_all)
