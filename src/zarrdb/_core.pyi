@@ -113,6 +113,13 @@ class Database:
     def has_prefix(self, prefix: str) -> bool:
         """True if any key starts with `prefix` (one index seek)."""
 
+    def list_prefix_sizes(self, prefix: str) -> list[tuple[str, int]]:
+        """(key, value length) for keys starting with `prefix`; values are not read."""
+
+    def rename_prefix(self, old: str, new: str) -> int:
+        """Move every key starting with `old` to start with `new`, atomically; returns the
+        count. ConstraintError (nothing moved) if a new key exists."""
+
     def size_prefix(self, prefix: str) -> int: ...
     def count_prefix(self, prefix: str) -> int: ...
 

@@ -1259,6 +1259,34 @@ cdef class Database:
         finally:
             self._leave()
 
+    def list_prefix_sizes(self, prefix):
+        """(key, value length) for every key that starts with `prefix`, sorted; the lengths
+        come from the row headers, the values are not read."""
+        lower = prefix.encode("utf-8")
+        if not lower:
+            return self.execute("SELECT k, length(v) FROM zarr ORDER BY k")
+        return self.execute(
+            "SELECT k, length(v) FROM zarr "
+            "WHERE k >= CAST(?1 AS TEXT) AND k < CAST(?2 AS TEXT) ORDER BY k",
+            (lower, _upper_bound(lower)),
+        )
+
+    def rename_prefix(self, old, new):
+        """Move every key that starts with `old` to start with `new` instead, in one
+        transaction (or inside the open one); returns how many keys moved. ConstraintError
+        (nothing moved) if a new key exists already."""
+        if not old:
+            raise _errors.InvalidKeyError("rename_prefix needs a non-empty prefix")
+        lower = old.encode("utf-8")
+        upper = _upper_bound(lower)
+        with self.transaction():
+            self.execute(
+                "UPDATE zarr SET k = ?1 || substr(k, ?2 + 1) "
+                "WHERE k >= CAST(?3 AS TEXT) AND k < CAST(?4 AS TEXT)",
+                (new, len(old), lower, upper),
+            )
+            return self.execute("SELECT changes()")[0][0]
+
     def size_prefix(self, prefix):
         """The total length in bytes of the values whose keys start with `prefix`."""
         self._enter()

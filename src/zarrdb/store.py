@@ -580,6 +580,89 @@ class SQLiteStore(Store):
         block raises). Nested blocks join the outer one. Reads inside see the block's writes."""
         return _TransactionContext(self)
 
+    # --- file-level operations (used by the command line; public API) --------------------------
+
+    def _writer_call(self, fn):
+        """Run `fn(writer)` with the writer connection, after everything queued is committed."""
+        conns = self._connections_for_write()
+        with conns.write_lock:
+            while conns.pending:
+                conns.commit(conns.take_batch())
+            return fn(conns.writer)
+
+    def move(self, source: str, dest: str) -> int:
+        """Rename the group or array at `source` to `dest` (paths inside the hierarchy) in one
+        transaction: readers see the hierarchy before or after, never between. Returns the
+        number of keys moved. FileNotFoundError if `source` holds nothing; FileExistsError if
+        `dest` holds something already."""
+        src = _format.dir_prefix(source)
+        dst = _format.dir_prefix(dest)
+        if not src or not dst:
+            raise errors.InvalidKeyError("cannot move the root of the hierarchy, or onto it")
+        if dst.startswith(src) or src.startswith(dst):
+            raise errors.InvalidKeyError(f"cannot move {source!r} into itself or its parent {dest!r}")
+        _format.check_key(dst[:-1])
+
+        def run(db: Database) -> int:
+            with db.transaction():
+                if not db.has_prefix(src):
+                    raise FileNotFoundError(f"nothing stored at {source!r} in {self.path!r}")
+                if db.has_prefix(dst):
+                    raise FileExistsError(f"{dest!r} exists already in {self.path!r}")
+                moved = db.rename_prefix(src, dst)
+                db.execute(_format.TOUCH_MODIFIED_AT)
+            return moved
+
+        return self._writer_call(run)
+
+    def backup(self, dest: str | os.PathLike[str]) -> None:
+        """A consistent point-in-time copy of the file at `dest` (SQLite's online backup; other
+        processes may keep writing meanwhile). The copy is one file in DELETE journal mode."""
+        target = os.fspath(dest)
+        if os.path.exists(target):
+            raise FileExistsError(f"{target!r} exists already")
+        with self._connections().read_connection() as db:
+            db.backup_to(target)
+
+    def vacuum(self) -> None:
+        """Rebuild the file without free pages (needs about the file's size in free space)."""
+        self._writer_call(lambda db: db.vacuum())
+
+    def check(self) -> list[str]:
+        """Problems SQLite's integrity check finds in the file (empty when it is sound)."""
+        with self._connections().read_connection() as db:
+            return db.integrity_check()
+
+    def key_sizes(self, prefix: str = "") -> list[tuple[str, int]]:
+        """(key, stored length) of every key starting with `prefix`, without reading values."""
+        with self._connections().read_connection() as db:
+            return db.list_prefix_sizes(prefix)
+
+    def file_info(self) -> dict[str, Any]:
+        """Facts about the file: format metadata, SQLite settings, key count and stored bytes."""
+        import zarrdb
+
+        with self._connections().read_connection() as db:
+            facts = _format.read_facts(db)
+            info: dict[str, Any] = {
+                "path": self.path,
+                "file_size": os.path.getsize(self.path),
+                "format_version": facts.metadata.get("sqlitestore_version"),
+                "created_by": facts.metadata.get("created_by"),
+                "modified_at": facts.metadata.get("modified_at"),
+                "compatible_flags": facts.metadata.get("compatible_flags"),
+                "incompatible_flags": facts.metadata.get("incompatible_flags"),
+                "application_id": facts.application_id,
+                "sqlite_version": zarrdb.sqlite_version,
+                "page_size": db.pragma("page_size"),
+                "page_count": db.pragma("page_count"),
+                "freelist_count": db.pragma("freelist_count"),
+                "journal_mode": db.journal_mode(),
+                "keys": db.count_prefix(""),
+                "stored_bytes": db.size_prefix(""),
+            }
+        return info
+
     # --- reads -------------------------------------------------------------------------------
 
     def get_sync(
