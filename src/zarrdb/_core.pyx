@@ -92,6 +92,9 @@ cdef enum Stmt:
     S_BEGIN_WRITE
     S_COMMIT
     S_ROLLBACK
+    S_SAVEPOINT
+    S_RELEASE
+    S_ROLLBACK_TO
     S_COUNT
 
 cdef const char* _SQL[<int>S_COUNT]
@@ -121,6 +124,9 @@ _SQL[<int>S_BEGIN_READ] = b"BEGIN DEFERRED"
 _SQL[<int>S_BEGIN_WRITE] = b"BEGIN IMMEDIATE"
 _SQL[<int>S_COMMIT] = b"COMMIT"
 _SQL[<int>S_ROLLBACK] = b"ROLLBACK"
+_SQL[<int>S_SAVEPOINT] = b"SAVEPOINT zarrdb_batch"
+_SQL[<int>S_RELEASE] = b"RELEASE zarrdb_batch"
+_SQL[<int>S_ROLLBACK_TO] = b"ROLLBACK TO zarrdb_batch"
 
 # ---------------------------------------------------------------------------------------------
 # Keys
@@ -142,6 +148,13 @@ cdef inline int _key(object key, Key* out) except -1:
             f"key {key!r} cannot be stored: it is not valid Unicode text ({e.reason})"
         ) from None
     return 0
+
+
+cdef bytes _prefix_bytes(object prefix):
+    """The UTF-8 form of a prefix argument, with the same errors as for keys."""
+    cdef Key k
+    _key(prefix, &k)
+    return k.data[:k.size]
 
 
 cdef bytes _upper_bound(bytes prefix):
@@ -228,7 +241,7 @@ cdef class _Buffers:
             raise MemoryError()
         self.count = 0
 
-    cdef Py_buffer* acquire(self, object value) except NULL:
+    cdef Py_buffer* acquire(self, object value, str path) except NULL:
         cdef Py_buffer* view = &self.views[self.count]
         PyObject_GetBuffer(value, view, PyBUF_SIMPLE)
         self.count += 1
@@ -237,6 +250,7 @@ cdef class _Buffers:
                 f"a value of {view.len:,} bytes is over the limit of {_MAX_VALUE:,} bytes "
                 "of a SQLiteStore file; nothing was written (use smaller chunks)",
                 code=SQLITE_TOOBIG,
+                filename=path,
             )
         return view
 
@@ -275,15 +289,18 @@ cdef class Transaction:
 
     cdef Database db
     cdef int level
+    cdef bint began
 
     def __cinit__(self, Database db):
         self.db = db
         self.level = -1
+        self.began = False
 
     def __enter__(self):
         db = self.db
         self.level = db._depth
-        if self.level == 0:
+        self.began = not db.in_transaction
+        if self.began:
             db.begin_write()
         else:
             db._exec_simple(f"SAVEPOINT zarrdb_{self.level}")
@@ -292,8 +309,10 @@ cdef class Transaction:
 
     def __exit__(self, exc_type, exc, tb):
         db = self.db
-        db._depth -= 1
-        if self.level == 0:
+        db._depth = self.level
+        if not db.in_transaction:
+            return False  # rolled back inside the block already
+        if self.began:
             if exc_type is None:
                 try:
                     db.commit()
@@ -301,7 +320,7 @@ cdef class Transaction:
                     if db.in_transaction:
                         db.rollback()
                     raise
-            elif db.in_transaction:
+            else:
                 db.rollback()
         elif exc_type is None:
             db._exec_simple(f"RELEASE zarrdb_{self.level}")
@@ -360,6 +379,11 @@ cdef class Database:
             path = os.fsdecode(path)
         if mode not in ("r", "w", "c"):
             raise ValueError(f"mode must be 'r', 'w' or 'c', not {mode!r}")
+        if not uri and os.path.isdir(path):
+            raise _errors.CantOpenError(
+                f"cannot open {path!r}: is a directory (a database is a single file)",
+                code=SQLITE_CANTOPEN, filename=path, sqlite_message="is a directory",
+            )
         if immutable:
             mode = "r"
         flags = SQLITE_OPEN_EXRESCODE | SQLITE_OPEN_NOMUTEX
@@ -398,9 +422,9 @@ cdef class Database:
         self.path = path
         self.readonly = mode == "r"
         try:
-            self._busy_timeout = float(busy_timeout)
+            self._busy_timeout = max(0.0, float(busy_timeout))
             with nogil:
-                sqlite3_busy_timeout(handle, <int>(self._busy_timeout * 1000))
+                sqlite3_busy_timeout(handle, self._busy_ms())
             # Reading the schema makes SQLite read the header now: a file that is not a
             # database fails here, at open, not at the first get().
             self._exec_simple("SELECT count(*) FROM sqlite_schema")
@@ -424,6 +448,11 @@ cdef class Database:
             raise
 
     # --- plumbing ---------------------------------------------------------------------------
+
+    cdef int _busy_ms(self) noexcept nogil:
+        if self._busy_timeout * 1000 >= 2147483647:
+            return 2147483647
+        return <int>(self._busy_timeout * 1000)
 
     cdef int _enter(self) except -1:
         if self.db == NULL:
@@ -488,38 +517,48 @@ cdef class Database:
             sqlite3_finalize(stmt)
         return 0
 
-    cdef int _begin_if_needed(self, Stmt which) except -1:
-        """Begin a transaction unless one is open; 1 if this call began it."""
-        cdef sqlite3_stmt* stmt
+    cdef int _step_simple(self, Stmt which, str context) except -1:
+        cdef sqlite3_stmt* stmt = self._stmt(which)
         cdef int rc
-        if not sqlite3_get_autocommit(self.db):
-            return 0
-        stmt = self._stmt(which)
         with nogil:
             rc = sqlite3_step(stmt)
         if rc != SQLITE_DONE:
-            err = self._error(rc, "cannot begin a transaction")
+            err = self._error(rc, context)
             sqlite3_reset(stmt)
             raise err
         sqlite3_reset(stmt)
+        return 0
+
+    cdef int _begin_if_needed(self, Stmt which) except -1:
+        """Make the next statements one unit: begin a transaction (returns 1) or, inside an
+        open one, a savepoint (returns 2; only for writes, `which` = S_BEGIN_WRITE)."""
+        if not sqlite3_get_autocommit(self.db):
+            if which == S_BEGIN_WRITE:
+                self._step_simple(S_SAVEPOINT, "cannot begin a savepoint")
+                return 2
+            return 0
+        self._step_simple(which, "cannot begin a transaction")
         return 1
 
     cdef int _finish(self, int began, bint ok) except -1:
-        """Commit (ok) or roll back a transaction that this call began."""
-        cdef sqlite3_stmt* stmt
-        cdef int rc
-        if not began:
+        """End what _begin_if_needed began: commit or release it (ok), else roll it back. A
+        transaction whose commit fails is rolled back: nothing of it was written."""
+        if began == 0:
             return 0
-        stmt = self._stmt(S_COMMIT if ok else S_ROLLBACK)
-        with nogil:
-            rc = sqlite3_step(stmt)
-        if rc != SQLITE_DONE:
-            err = self._error(rc, "cannot commit" if ok else "cannot roll back")
-            sqlite3_reset(stmt)
-            if ok and not sqlite3_get_autocommit(self.db):
-                self._finish(1, False)
-            raise err
-        sqlite3_reset(stmt)
+        if began == 2:
+            if not ok:
+                self._step_simple(S_ROLLBACK_TO, "cannot roll back a savepoint")
+            self._step_simple(S_RELEASE, "cannot release a savepoint")
+            return 0
+        if ok:
+            try:
+                self._step_simple(S_COMMIT, "cannot commit")
+            except BaseException:
+                if not sqlite3_get_autocommit(self.db):
+                    self._step_simple(S_ROLLBACK, "cannot roll back")
+                raise
+        elif not sqlite3_get_autocommit(self.db):
+            self._step_simple(S_ROLLBACK, "cannot roll back")
         return 0
 
     cdef int _write_one(self, Stmt which, object key, object value) except -1:
@@ -537,6 +576,7 @@ cdef class Database:
                     f"the value for {key!r} has {view.len:,} bytes, over the limit of "
                     f"{_MAX_VALUE:,} bytes of a SQLiteStore file; nothing was written",
                     code=SQLITE_TOOBIG,
+                    filename=self.path,
                 )
             stmt = self._stmt(which)
             with nogil:
@@ -556,7 +596,7 @@ cdef class Database:
 
     cdef int64_t _scalar_range(self, Stmt all_stmt, Stmt range_stmt, str prefix) except -2:
         """Run an aggregate over the keys that start with `prefix`; returns column 0."""
-        cdef bytes lower = prefix.encode("utf-8")
+        cdef bytes lower = _prefix_bytes(prefix)
         cdef bytes upper = _upper_bound(lower) if lower else None
         cdef sqlite3_stmt* stmt
         cdef int rc
@@ -762,8 +802,12 @@ cdef class Database:
         cdef const void* src = NULL
         cdef Py_ssize_t n = 0
         _key(key, &k)
-        PyObject_GetBuffer(out, &view, PyBUF_WRITABLE)
         self._enter()
+        try:
+            PyObject_GetBuffer(out, &view, PyBUF_WRITABLE)
+        except BaseException:
+            self._leave()
+            raise
         try:
             stmt = self._stmt(S_GET)
             with nogil:
@@ -999,7 +1043,7 @@ cdef class Database:
                 key, value = items[i]
                 keepalive[i] = key
                 _key(key, &keys[i])
-                view = views.acquire(value)
+                view = views.acquire(value, self.path)
                 bufs[i] = view.buf
                 sizes[i] = view.len
             self._enter()
@@ -1094,7 +1138,7 @@ cdef class Database:
 
     def list_prefix(self, prefix):
         """Keys that start with `prefix`, in BINARY (UTF-8 byte) order."""
-        cdef bytes lower = prefix.encode("utf-8")
+        cdef bytes lower = _prefix_bytes(prefix)
         cdef bytes upper = _upper_bound(lower) if lower else None
         cdef const char* lo = lower
         cdef const char* hi = NULL
@@ -1142,7 +1186,7 @@ cdef class Database:
     def list_dir(self, prefix):
         """Children of `prefix` ("" or ending in "/"), relative to it, sorted: a stored key as
         its name, a sub-tree as its name with a trailing "/". One index seek per child."""
-        cdef bytes lower = prefix.encode("utf-8")
+        cdef bytes lower = _prefix_bytes(prefix)
         cdef bytes upper
         cdef Py_ssize_t plen = len(lower)
         cdef bint ranged = plen > 0
@@ -1229,7 +1273,7 @@ cdef class Database:
 
     def has_prefix(self, prefix):
         """True if any key starts with `prefix` (one index seek)."""
-        cdef bytes lower = prefix.encode("utf-8")
+        cdef bytes lower = _prefix_bytes(prefix)
         cdef bytes upper = _upper_bound(lower) if lower else None
         cdef sqlite3_stmt* stmt
         cdef int rc
@@ -1262,7 +1306,7 @@ cdef class Database:
     def list_prefix_sizes(self, prefix):
         """(key, value length) for every key that starts with `prefix`, sorted; the lengths
         come from the row headers, the values are not read."""
-        lower = prefix.encode("utf-8")
+        lower = _prefix_bytes(prefix)
         if not lower:
             return self.execute("SELECT k, length(v) FROM zarr ORDER BY k")
         return self.execute(
@@ -1277,13 +1321,14 @@ cdef class Database:
         (nothing moved) if a new key exists already."""
         if not old:
             raise _errors.InvalidKeyError("rename_prefix needs a non-empty prefix")
-        lower = old.encode("utf-8")
+        _prefix_bytes(new)
+        lower = _prefix_bytes(old)
         upper = _upper_bound(lower)
         with self.transaction():
             self.execute(
-                "UPDATE zarr SET k = ?1 || substr(k, ?2 + 1) "
+                "UPDATE zarr SET k = CAST(CAST(?1 AS BLOB) || substr(CAST(k AS BLOB), ?2 + 1) AS TEXT) "
                 "WHERE k >= CAST(?3 AS TEXT) AND k < CAST(?4 AS TEXT)",
-                (new, len(old), lower, upper),
+                (new.encode("utf-8"), len(lower), lower, upper),
             )
             return self.execute("SELECT changes()")[0][0]
 
@@ -1318,10 +1363,12 @@ cdef class Database:
             self._leave()
 
     def commit(self):
-        """Commit the open transaction."""
+        """Commit the open transaction. If the commit fails (e.g. DatabaseLockedError) the
+        transaction stays open: retry commit() or call rollback()."""
         self._enter()
         try:
-            self._finish(not sqlite3_get_autocommit(self.db), True)
+            if not sqlite3_get_autocommit(self.db):
+                self._step_simple(S_COMMIT, "cannot commit")
         finally:
             self._leave()
 
@@ -1390,6 +1437,10 @@ cdef class Database:
         cdef int pages = pages_per_step
         cdef bytes target = os.fsdecode(os.fspath(path)).encode("utf-8")
         cdef const char* c_target = target
+        cdef int waited_ms = 0
+        cdef int limit_ms = self._busy_ms()
+        if os.path.exists(path) and os.path.exists(self.path) and os.path.samefile(path, self.path):
+            raise ValueError(f"cannot back up {self.path!r} onto itself")
         self._enter()
         try:
             with nogil:
@@ -1403,7 +1454,7 @@ cdef class Database:
                 sqlite3_close_v2(dest)
                 raise err
             try:
-                sqlite3_busy_timeout(dest, <int>(self._busy_timeout * 1000))
+                sqlite3_busy_timeout(dest, self._busy_ms())
                 backup = sqlite3_backup_init(dest, "main", self.db, "main")
                 if backup == NULL:
                     raise _errors.sqlite_error(
@@ -1414,13 +1465,19 @@ cdef class Database:
                     while True:
                         rc = sqlite3_backup_step(backup, pages)
                         if rc == SQLITE_BUSY or rc == SQLITE_LOCKED:
+                            if waited_ms >= limit_ms:
+                                break
                             sqlite3_sleep(10)
+                            waited_ms += 10
                         elif rc != SQLITE_OK:
                             break
                     sqlite3_backup_finish(backup)
                 if rc != SQLITE_DONE:
+                    context = "backup failed"
+                    if rc == SQLITE_BUSY or rc == SQLITE_LOCKED:
+                        context = f"backup failed: gave up after waiting {self._busy_timeout:g} s for a lock"
                     raise _errors.sqlite_error(rc, rc, sqlite3_errstr(rc).decode("utf-8", "replace"),
-                                               filename=os.fspath(path), context="backup failed")
+                                               filename=os.fspath(path), context=context)
                 rc = sqlite3_exec(dest, "PRAGMA journal_mode = DELETE", NULL, NULL, NULL)
                 if rc != SQLITE_OK:
                     raise _errors.sqlite_error(rc, sqlite3_extended_errcode(dest),

@@ -1,0 +1,1 @@
+"""Tests of zarrdb._core.Database, the engine."""

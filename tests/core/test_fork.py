@@ -1,0 +1,168 @@
+"""fork(): a Database opened in the parent raises ForkedProcessError in the child; close() in
+the child only forgets the handle, so the parent's connection (and its locks, its WAL) stays
+intact. The child reports through a pipe and always leaves with os._exit."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import traceback
+
+import pytest
+
+from zarrdb import errors
+from zarrdb._core import Database
+
+from .helpers import make_db_file, sqlite_rows
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+
+def run_in_child(child) -> dict:
+    """Fork; run child() in the child, which returns a JSON-able dict; the parent gets it."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        status = 1
+        try:
+            os.close(read_end)
+            try:
+                report = {"ok": True, **child()}
+            except BaseException:
+                report = {"ok": False, "traceback": traceback.format_exc()}
+            with os.fdopen(write_end, "w") as out:
+                json.dump(report, out)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end) as inp:
+        data = inp.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (status, data)
+    report = json.loads(data)
+    assert report.pop("ok"), report.get("traceback")
+    return report
+
+
+def outcome(call, *args) -> str:
+    """The name of the exception call(*args) raises, or "no error"."""
+    try:
+        call(*args)
+    except Exception as e:
+        return type(e).__name__
+    return "no error"
+
+
+CHILD_CALLS = {
+    "get": lambda db: db.get("k"),
+    "get_many": lambda db: db.get_many(["k"]),
+    "get_range": lambda db: db.get_range("k", 0, 1),
+    "exists": lambda db: db.exists("k"),
+    "set": lambda db: db.set("k", b"from the child"),
+    "set_many": lambda db: db.set_many([("child", b"1")]),
+    "delete": lambda db: db.delete("k"),
+    "delete_prefix": lambda db: db.delete_prefix(""),
+    "list_keys": lambda db: db.list_keys(),
+    "list_dir": lambda db: db.list_dir(""),
+    "count_prefix": lambda db: db.count_prefix(""),
+    "begin_write": lambda db: db.begin_write(),
+    "transaction": lambda db: db.transaction().__enter__(),
+    "checkpoint": lambda db: db.checkpoint(),
+    "execute": lambda db: db.execute("SELECT 1"),
+}
+
+
+def test_use_after_fork_raises_forked_process_error(any_db):
+    any_db.set("k", b"parent")
+
+    def child():
+        return {name: outcome(call, any_db) for name, call in CHILD_CALLS.items()}
+
+    report = run_in_child(child)
+    assert report == {name: "ForkedProcessError" for name in CHILD_CALLS}
+    assert issubclass(errors.ForkedProcessError, RuntimeError)
+    # nothing the child tried reached the file
+    assert any_db.list_keys() == ["k"]
+    assert any_db.get("k") == b"parent"
+
+
+def test_close_in_child_then_closed_error(any_db):
+    def child():
+        any_db.close()
+        return {
+            "closed": any_db.closed,
+            "second close": outcome(any_db.close),
+            "get": outcome(lambda: any_db.get("k")),
+        }
+
+    assert run_in_child(child) == {"closed": True, "second close": "no error", "get": "ClosedError"}
+    assert not any_db.closed
+
+
+@pytest.mark.parametrize("journal_mode", ["delete", "wal"])
+@pytest.mark.parametrize("how", ["close", "garbage-collect"])
+def test_child_close_leaves_the_parent_connection_working(tmp_path, journal_mode, how):
+    path = make_db_file(tmp_path / "forked.zarrdb", journal_mode)
+    box = [Database(path)]  # the only reference, so that the child can drop it
+    box[0].set_many([(f"before/{i}", bytes(3000)) for i in range(30)])  # WAL: in the -wal file
+
+    def child():
+        if how == "close":
+            box[0].close()
+        else:
+            box.clear()  # the Database is deallocated here, in the child
+            gc.collect()
+        return {}
+
+    run_in_child(child)
+    db = box[0]
+    try:
+        assert db.count_prefix("before/") == 30
+        db.set("after", b"parent still writes")
+        with db.transaction():
+            db.set("in-transaction", b"1")
+        assert db.get("after") == b"parent still writes"
+        assert db.integrity_check() == []
+        assert db.journal_mode() == journal_mode
+        # another process sees all of it
+        assert sqlite_rows(path, "SELECT count(*) FROM zarr") == [(32,)]
+    finally:
+        db.close()
+    assert sqlite_rows(path, "PRAGMA integrity_check") == [("ok",)]
+    assert sqlite_rows(path, "SELECT count(*) FROM zarr") == [(32,)]
+
+
+def test_child_close_keeps_the_parents_write_lock_and_transaction(wal_db, wal_path):
+    wal_db.set("committed", b"1")
+    wal_db.begin_write()
+    wal_db.set("pending", b"2")
+
+    def child():
+        wal_db.close()
+        # A new connection in the child must still find the parent's write lock held.
+        with Database(wal_path, busy_timeout=0.1) as fresh:
+            seen = fresh.list_keys()
+            locked = outcome(lambda: fresh.set("child", b"x"))
+        return {"seen": seen, "locked": locked}
+
+    report = run_in_child(child)
+    assert report == {"seen": ["committed"], "locked": "DatabaseLockedError"}
+    assert wal_db.in_transaction
+    wal_db.commit()
+    assert sqlite_rows(wal_path, "SELECT k FROM zarr ORDER BY k") == [("committed",), ("pending",)]
+
+
+def test_child_can_open_its_own_database(any_db):
+    any_db.set("k", b"parent")
+    path = any_db.path
+
+    def child():
+        with Database(path) as own:
+            value = own.get("k")
+            own.set("from-child", b"hello")
+        return {"value": value.decode()}
+
+    assert run_in_child(child) == {"value": "parent"}
+    assert any_db.get("from-child") == b"hello"
