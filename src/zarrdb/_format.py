@@ -170,7 +170,10 @@ def validate(facts: FileFacts, *, path: str, writable: bool) -> list[str]:
             f"{path!r} lacks the required metadata record(s) {', '.join(missing)} in "
             f"{METADATA_TABLE}; it is not a valid SQLiteStore file"
         )
-    major, _minor = parse_version(facts.metadata["sqlitestore_version"])
+    try:
+        major, _minor = parse_version(facts.metadata["sqlitestore_version"])
+    except errors.UnsupportedVersionError as exc:
+        raise errors.UnsupportedVersionError(f"{path!r}: {exc}") from None
     if major != SUPPORTED_MAJOR:
         raise errors.UnsupportedVersionError(
             f"{path!r} is SQLiteStore version {facts.metadata['sqlitestore_version']}; this "
