@@ -45,6 +45,13 @@ _SYNCHRONOUS = {"full": "full", "normal": "normal", "off": "off"}
 # a worker thread so the loop is not stalled (benchmarks/test_tunables.py measures the cost of
 # a thread hop against the copy time).
 INLINE_READ_MAX = 256 * 1024
+# New files get 64 KiB pages and incremental auto-vacuum: a byte range deep inside a large
+# value (a shard) is found through the pointer map instead of walking the value's chain of
+# overflow pages, so partial reads stay flat as shards grow; large values also write faster
+# (benchmarks/test_tunables.py).
+DEFAULT_PAGE_SIZE = 65536
+# Page cache per connection, KiB (SQLite's default of 2 MiB holds only 31 pages of 64 KiB).
+DEFAULT_CACHE_KIB = 32768
 # A group commit of at most this many bytes runs on the event loop's thread; a larger one in a
 # worker thread, so the loop keeps preparing the next chunks meanwhile.
 INLINE_COMMIT_MAX = 1024 * 1024
@@ -186,9 +193,9 @@ class _Connections:
     def _initialise(self, db: Database) -> None:
         from zarrdb import __version__
 
-        page_size = self.options["page_size"]
-        if page_size is not None:
-            db.pragma("page_size", int(page_size))
+        page_size = self.options["page_size"] or DEFAULT_PAGE_SIZE
+        db.pragma("page_size", int(page_size))
+        db.pragma("auto_vacuum", "incremental")
         with db.transaction():
             facts = _format.read_facts(db)  # another process may have won the race
             if not facts.is_empty:
@@ -346,10 +353,10 @@ class _Connections:
         await sub.future
 
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self.flush_running:
-            return  # the running commit reschedules when it finishes
         with self.pending_lock:
             self.flush_scheduled = False
+        if self.flush_running:
+            return  # the commit in the worker thread reschedules when it finishes
         batch = self.take_batch()
         if not batch:
             return
@@ -386,6 +393,7 @@ class _Connections:
             with self.write_lock:
                 while self.pending:
                     self.commit(self.take_batch())
+                _release_siblings(self)
                 try:
                     writer.checkpoint("truncate")
                     writer.journal_mode("delete")
@@ -398,42 +406,43 @@ class _Connections:
 
 
 class _TransactionContext:
-    """`with store.transaction():` and `async with store.transaction():`."""
+    """`with store.transaction():` and `async with store.transaction():`.
+
+    While the block runs, every write to the store joins its transaction, whichever thread
+    makes it (zarr's synchronous API writes from its own event-loop thread); the writer lock is
+    held only around each use of the connection, never for the whole block."""
 
     def __init__(self, store: SQLiteStore) -> None:
         self.store = store
 
     def __enter__(self) -> SQLiteStore:
         conns = self.store._connections_for_write()
-        conns.write_lock.acquire()
-        try:
+        with conns.write_lock:
+            while conns.pending:
+                conns.commit(conns.take_batch())
             if conns.transaction_depth == 0:
                 conns.writer.begin_write()  # type: ignore[union-attr]
             conns.transaction_depth += 1
-        except BaseException:
-            conns.write_lock.release()
-            raise
         return self.store
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         conns = self.store._conns
         assert conns is not None and conns.writer is not None
-        try:
+        with conns.write_lock:
             conns.transaction_depth -= 1
-            if conns.transaction_depth == 0:
-                db = conns.writer
-                if exc_type is None:
-                    try:
-                        db.execute(_format.TOUCH_MODIFIED_AT)
-                        db.commit()
-                    except BaseException:
-                        if db.in_transaction:
-                            db.rollback()
-                        raise
-                elif db.in_transaction:
-                    db.rollback()
-        finally:
-            conns.write_lock.release()
+            if conns.transaction_depth:
+                return
+            db = conns.writer
+            if exc_type is None:
+                try:
+                    db.execute(_format.TOUCH_MODIFIED_AT)
+                    db.commit()
+                except BaseException:
+                    if db.in_transaction:
+                        db.rollback()
+                    raise
+            elif db.in_transaction:
+                db.rollback()
 
     async def __aenter__(self) -> SQLiteStore:
         await self.store._ensure_open()
@@ -457,14 +466,14 @@ class SQLiteStore(Store):
         crash of the process, a power loss may drop the last commits; "off": no fsync at all,
         for bulk loads that can be redone.
     page_size
-        Page size in bytes for a new file (512 to 65536, a power of two).
+        Page size in bytes for a new file (512 to 65536, a power of two; default 65536).
     busy_timeout
         Seconds to wait for another process's lock before raising DatabaseLockedError.
     immutable
         The file is on read-only media or a share and cannot change while open: read it
         without any locking (implies read_only).
     cache_size
-        Page cache per connection, in KiB.
+        Page cache per connection, in KiB (default 32768).
     mmap_size
         Bytes of the file to memory-map for reads (0 disables).
     """
@@ -495,7 +504,7 @@ class SQLiteStore(Store):
             "page_size": page_size,
             "busy_timeout": float(busy_timeout),
             "immutable": bool(immutable),
-            "cache_size": cache_size,
+            "cache_size": DEFAULT_CACHE_KIB if cache_size is None else cache_size,
             "mmap_size": mmap_size,
         }
         self._conns: _Connections | None = None
@@ -848,6 +857,26 @@ class SQLiteStore(Store):
 
 # Stores still open at interpreter exit are closed, so their files are left in DELETE mode.
 _open_stores: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
+
+
+def _release_siblings(closing: _Connections) -> None:
+    """Close the idle connections other stores of this process hold on the same file (they
+    reopen by themselves when used again), so the closing writer can leave the file in DELETE
+    mode. zarr makes such stores itself, e.g. the read-only copy behind open_group(mode="r")."""
+    for store in list(_open_stores):
+        conns = store._conns
+        if conns is None or conns is closing or conns.store_path != closing.store_path:
+            continue
+        if conns.pid != closing.pid or conns.transaction_depth or conns.pending:
+            continue
+        with conns.readers_lock:
+            readers, conns.readers = conns.readers, []
+        for db in readers:
+            try:
+                db.close()
+            except errors.ConcurrentUseError:
+                with conns.readers_lock:
+                    conns.readers.append(db)
 
 
 def _register_for_exit(store: SQLiteStore) -> None:
