@@ -20,6 +20,9 @@
 #define SQLITE_API static
 #define SQLITE_EXTERN static
 #include "sqlite3.c"
+/* SQLite defines likely()/unlikely() for itself; Cython's generated code defines its own. */
+#undef likely
+#undef unlikely
 #endif
 
 #endif
