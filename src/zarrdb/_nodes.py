@@ -1,0 +1,402 @@
+"""Zarr hierarchies read from their metadata documents only (never from chunk values).
+
+The command line uses this to describe, draw and check a hierarchy: a node's metadata document
+(`zarr.json` for Zarr v3; `.zarray` / `.zgroup` for Zarr v2) is parsed here into a `Node`, and an
+array node says which keys are its chunks and whether a chunk key lies inside its chunk grid
+(shards count as chunks of the outer grid). Pure functions on JSON; nothing here touches a store.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+V3_METADATA = "zarr.json"
+V2_ARRAY = ".zarray"
+V2_GROUP = ".zgroup"
+V2_ATTRS = ".zattrs"
+V2_CONSOLIDATED = ".zmetadata"
+# Every key name that holds metadata rather than chunks.
+METADATA_NAMES = frozenset({V3_METADATA, V2_ARRAY, V2_GROUP, V2_ATTRS, V2_CONSOLIDATED})
+
+# Bytes per element of the Zarr v3 data types with a fixed size.
+_V3_ITEMSIZE = {
+    "bool": 1,
+    "int8": 1,
+    "uint8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "float32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "complex64": 8,
+    "complex128": 16,
+    "numpy.datetime64": 8,
+    "numpy.timedelta64": 8,
+}
+_RAW_BITS = re.compile(r"^r(\d+)$")
+
+
+class MetadataError(ValueError):
+    """A metadata document that cannot describe a node; the message says what is wrong."""
+
+
+def join(path: str, name: str) -> str:
+    """`name` below the node at `path` ("" is the root)."""
+    return f"{path}/{name}" if path else name
+
+
+def key_prefix(path: str) -> str:
+    """The prefix every key below the node at `path` starts with ("" for the root)."""
+    return f"{path}/" if path else ""
+
+
+def parent(path: str) -> str:
+    return path.rsplit("/", 1)[0] if "/" in path else ""
+
+
+def ancestors(path: str) -> list[str]:
+    """Paths of the groups above `path`, the root ("") first."""
+    out = [""]
+    parts = path.split("/")[:-1] if path else []
+    for i in range(len(parts)):
+        out.append("/".join(parts[: i + 1]))
+    return out
+
+
+def parse_json(raw: bytes, key: str) -> dict[str, Any]:
+    """A metadata document as a JSON object; MetadataError if it is not one."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MetadataError(f"{key} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MetadataError(f"{key} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(doc, dict):
+        raise MetadataError(f"{key} holds a JSON {type(doc).__name__}, not an object")
+    return doc
+
+
+@dataclass
+class Node:
+    """A group or an array, as its metadata describes it."""
+
+    path: str
+    node_type: str  # "group" | "array"
+    zarr_format: int
+    attributes: dict[str, Any] = field(default_factory=dict)
+    # Arrays only:
+    shape: tuple[int, ...] = ()
+    dtype: str = ""
+    itemsize: int | None = None
+    grid: tuple[tuple[int, ...], ...] | None = None  # chunk edges per dimension (outer grid)
+    grid_chunk_shape: tuple[int, ...] | None = None  # the regular outer grid's chunk shape
+    chunk_shape: tuple[int, ...] | None = None  # the chunk (inner chunk of a shard)
+    shard_shape: tuple[int, ...] | None = None
+    codecs: list[str] = field(default_factory=list)
+    key_encoding: str = "default"  # "default" ("c" prefix) | "v2"
+    separator: str = "/"
+    consolidated: bool = False  # a group holding consolidated metadata
+
+    @property
+    def is_array(self) -> bool:
+        return self.node_type == "array"
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int | None:
+        """Bytes of the whole array uncompressed (None for variable-size data types)."""
+        if self.itemsize is None:
+            return None
+        return math.prod(self.shape) * self.itemsize
+
+    @property
+    def grid_counts(self) -> tuple[int, ...] | None:
+        """Number of chunks (shards for a sharded array) along each dimension."""
+        if self.grid is None:
+            return None
+        return tuple(len(edges) for edges in self.grid)
+
+    @property
+    def chunks_possible(self) -> int | None:
+        counts = self.grid_counts
+        return None if counts is None else math.prod(counts)
+
+    def chunk_key(self, coords: tuple[int, ...]) -> str:
+        """The key (relative to the array) of the chunk at `coords` of the outer grid."""
+        if self.key_encoding == "v2":
+            return self.separator.join(map(str, coords)) if coords else "0"
+        return self.separator.join(("c", *map(str, coords)))
+
+    def decode_chunk_key(self, rel: str) -> tuple[int, ...] | str:
+        """The grid coordinates of the chunk key `rel` (relative to the array), or a message
+        saying why `rel` is not a chunk key of this array."""
+        sep = self.separator
+        if self.key_encoding == "v2":
+            if not self.shape:
+                return () if rel == "0" else "not a chunk key (a 0-d array's only chunk is '0')"
+            parts = rel.split(sep)
+        else:
+            if not self.shape:
+                return () if rel == "c" else "not a chunk key (a 0-d array's only chunk is 'c')"
+            if not rel.startswith("c" + sep):
+                return f"not a chunk key (chunk keys start with 'c{sep}')"
+            parts = rel[2:].split(sep)
+        if len(parts) != len(self.shape):
+            return (
+                f"not a chunk key of this {len(self.shape)}-d array "
+                f"({len(parts)} coordinates, separator {sep!r})"
+            )
+        coords = []
+        for part in parts:
+            if not (part.isascii() and part.isdecimal()):
+                return f"not a chunk key ({part!r} is not a chunk index)"
+            coords.append(int(part))
+        counts = self.grid_counts
+        if counts is not None:
+            for dim, (index, count) in enumerate(zip(coords, counts)):
+                if index >= count:
+                    return (
+                        f"chunk index {index} of dimension {dim} is outside the chunk grid "
+                        f"({count} {'shards' if self.shard_shape else 'chunks'} along it)"
+                    )
+        return tuple(coords)
+
+
+# --- Zarr v3 -----------------------------------------------------------------------------------
+
+
+def _int_tuple(value: Any, what: str) -> tuple[int, ...]:
+    if not isinstance(value, (list, tuple)) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+    ):
+        raise MetadataError(f"{what} must be a list of non-negative integers, not {value!r}")
+    return tuple(value)
+
+
+def _named(value: Any, what: str) -> tuple[str, dict[str, Any]]:
+    """(name, configuration) of a Zarr v3 extension point written as a name or an object."""
+    if isinstance(value, str):
+        return value, {}
+    if isinstance(value, dict) and isinstance(value.get("name"), str):
+        config = value.get("configuration", {})
+        if not isinstance(config, dict):
+            raise MetadataError(f"{what} configuration must be an object, not {config!r}")
+        return value["name"], config
+    raise MetadataError(f"{what} must be a name or an object with a 'name', not {value!r}")
+
+
+def _v3_dtype(value: Any) -> tuple[str, int | None]:
+    name, config = _named(value, "data_type")
+    itemsize = _V3_ITEMSIZE.get(name)
+    raw = _RAW_BITS.match(name)
+    if raw and int(raw.group(1)) % 8 == 0:
+        itemsize = int(raw.group(1)) // 8
+    length = config.get("length_bytes")
+    if isinstance(length, int) and not isinstance(length, bool):
+        itemsize = length
+    label = name
+    if config:
+        label += "[" + ", ".join(f"{v}" for v in config.values()) + "]"
+    return label, itemsize
+
+
+def _expand_edges(spec: Any, extent: int, dim: int) -> tuple[int, ...]:
+    """Chunk edges covering `extent` for one dimension of a regular or rectilinear grid."""
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        if spec <= 0:
+            raise MetadataError(f"chunk size {spec} of dimension {dim} must be positive")
+        count = -(-extent // spec)
+        return (spec,) * count
+    if not isinstance(spec, list):
+        raise MetadataError(f"chunk sizes of dimension {dim} must be an integer or a list")
+    edges: list[int] = []
+    for item in spec:
+        if isinstance(item, int) and not isinstance(item, bool) and item > 0:
+            edges.append(item)
+        elif (
+            isinstance(item, list)
+            and len(item) == 2
+            and all(isinstance(v, int) and v > 0 for v in item)
+        ):
+            edges.extend([item[0]] * item[1])  # run-length encoded [size, count]
+        else:
+            raise MetadataError(f"bad chunk edge {item!r} in dimension {dim}")
+    covered = 0
+    for i, edge in enumerate(edges):
+        if covered >= extent:
+            return tuple(edges[:i])
+        covered += edge
+    if covered < extent:
+        raise MetadataError(f"the chunk edges of dimension {dim} cover {covered} < {extent}")
+    return tuple(edges)
+
+
+def _codec_names(codecs: Any) -> tuple[list[str], tuple[int, ...] | None]:
+    """Display names of a v3 codec list and the inner chunk shape of a sharding codec."""
+    if not isinstance(codecs, list) or not codecs:
+        raise MetadataError(f"codecs must be a non-empty list, not {codecs!r}")
+    names: list[str] = []
+    inner: tuple[int, ...] | None = None
+    for codec in codecs:
+        name, config = _named(codec, "codec")
+        if name == "sharding_indexed":
+            inner = _int_tuple(config.get("chunk_shape"), "sharding_indexed chunk_shape")
+            sub, _ = _codec_names(config.get("codecs", [{"name": "bytes"}]))
+            names.append(f"sharding_indexed({', '.join(sub)})")
+        else:
+            names.append(name)
+    return names, inner
+
+
+def node_from_v3(path: str, doc: dict[str, Any]) -> Node:
+    """The node a `zarr.json` document describes; MetadataError if it does not."""
+    where = join(path, V3_METADATA)
+    fmt = doc.get("zarr_format")
+    if fmt != 3:
+        raise MetadataError(f"{where}: zarr_format is {fmt!r}, not 3")
+    node_type = doc.get("node_type")
+    attrs = doc.get("attributes", {})
+    if not isinstance(attrs, dict):
+        raise MetadataError(f"{where}: attributes must be an object")
+    if node_type == "group":
+        consolidated = doc.get("consolidated_metadata") is not None
+        return Node(path, "group", 3, attributes=attrs, consolidated=consolidated)
+    if node_type != "array":
+        raise MetadataError(f"{where}: node_type is {node_type!r}, not 'group' or 'array'")
+    missing = [
+        name
+        for name in (
+            "shape",
+            "data_type",
+            "chunk_grid",
+            "chunk_key_encoding",
+            "codecs",
+            "fill_value",
+        )
+        if name not in doc
+    ]
+    if missing:
+        raise MetadataError(f"{where}: the array metadata lacks {', '.join(missing)}")
+    try:
+        shape = _int_tuple(doc["shape"], "shape")
+        dtype, itemsize = _v3_dtype(doc["data_type"])
+        grid_name, grid_config = _named(doc["chunk_grid"], "chunk_grid")
+        grid: tuple[tuple[int, ...], ...] | None
+        grid_chunk_shape: tuple[int, ...] | None = None
+        if grid_name == "regular":
+            grid_chunk_shape = _int_tuple(grid_config.get("chunk_shape"), "chunk_shape")
+            if len(grid_chunk_shape) != len(shape):
+                raise MetadataError(
+                    f"chunk_shape {list(grid_chunk_shape)} does not match shape {list(shape)}"
+                )
+            grid = tuple(
+                _expand_edges(c, s, d) for d, (c, s) in enumerate(zip(grid_chunk_shape, shape))
+            )
+        elif grid_name == "rectilinear":
+            specs = grid_config.get("chunk_shapes")
+            if not isinstance(specs, list) or len(specs) != len(shape):
+                raise MetadataError("rectilinear chunk_shapes must list one entry per dimension")
+            grid = tuple(_expand_edges(spec, s, d) for d, (spec, s) in enumerate(zip(specs, shape)))
+        else:
+            grid = None  # an unknown grid: chunk keys cannot be checked against it
+        enc_name, enc_config = _named(doc["chunk_key_encoding"], "chunk_key_encoding")
+        if enc_name not in ("default", "v2"):
+            raise MetadataError(f"unknown chunk_key_encoding {enc_name!r}")
+        separator = enc_config.get("separator", "/" if enc_name == "default" else ".")
+        if separator not in ("/", "."):
+            raise MetadataError(f"chunk key separator {separator!r} is not '/' or '.'")
+        codecs, inner = _codec_names(doc["codecs"])
+    except MetadataError as exc:
+        raise MetadataError(f"{where}: {exc}") from None
+    node = Node(
+        path,
+        "array",
+        3,
+        attributes=attrs,
+        shape=shape,
+        dtype=dtype,
+        itemsize=itemsize,
+        grid=grid,
+        grid_chunk_shape=grid_chunk_shape,
+        codecs=codecs,
+        key_encoding=enc_name,
+        separator=separator,
+    )
+    if inner is not None:
+        node.shard_shape = grid_chunk_shape
+        node.chunk_shape = inner
+    else:
+        node.chunk_shape = grid_chunk_shape
+    return node
+
+
+# --- Zarr v2 -----------------------------------------------------------------------------------
+
+
+def node_from_v2(path: str, name: str, doc: dict[str, Any], attrs: dict[str, Any]) -> Node:
+    """The node a `.zarray` or `.zgroup` document describes; MetadataError if it does not."""
+    where = join(path, name)
+    fmt = doc.get("zarr_format")
+    if fmt != 2:
+        raise MetadataError(f"{where}: zarr_format is {fmt!r}, not 2")
+    if name == V2_GROUP:
+        return Node(path, "group", 2, attributes=attrs)
+    try:
+        shape = _int_tuple(doc.get("shape"), "shape")
+        chunks = _int_tuple(doc.get("chunks"), "chunks")
+        if len(chunks) != len(shape):
+            raise MetadataError(f"chunks {list(chunks)} do not match shape {list(shape)}")
+        dtype_spec = doc.get("dtype")
+        dtype, itemsize = str(dtype_spec), None
+        try:
+            import numpy as np
+
+            np_dtype = np.dtype(
+                dtype_spec if not isinstance(dtype_spec, list) else [tuple(f) for f in dtype_spec]
+            )
+            if np_dtype.kind != "O":
+                itemsize = np_dtype.itemsize
+            dtype = np_dtype.str if not isinstance(dtype_spec, list) else "structured"
+        except (TypeError, ValueError):
+            pass
+        separator = doc.get("dimension_separator") or "."
+        if separator not in ("/", "."):
+            raise MetadataError(f"dimension_separator {separator!r} is not '/' or '.'")
+        codecs = []
+        for filt in doc.get("filters") or []:
+            codecs.append(str(filt.get("id", "?")) if isinstance(filt, dict) else "?")
+        compressor = doc.get("compressor")
+        if isinstance(compressor, dict):
+            codecs.append(str(compressor.get("id", "?")))
+        grid = tuple(_expand_edges(c, s, d) for d, (c, s) in enumerate(zip(chunks, shape)))
+    except MetadataError as exc:
+        raise MetadataError(f"{where}: {exc}") from None
+    return Node(
+        path,
+        "array",
+        2,
+        attributes=attrs,
+        shape=shape,
+        dtype=dtype,
+        itemsize=itemsize,
+        grid=grid,
+        grid_chunk_shape=chunks,
+        chunk_shape=chunks,
+        codecs=codecs or ["(none)"],
+        key_encoding="v2",
+        separator=separator,
+    )

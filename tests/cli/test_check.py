@@ -1,0 +1,132 @@
+"""`zarrdb check`: a sound file passes; each kind of problem is one line and exit code 1."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from zarrdb import SQLiteStore
+
+from .helpers import assert_ok, fingerprint, run
+
+
+def test_sound_file_is_ok(sample_file):
+    before = fingerprint(sample_file)
+    proc = run("check", sample_file)
+    assert_ok(proc)
+    assert proc.stdout == "ok\n"
+    assert fingerprint(sample_file) == before
+    proc = run("check", sample_file, "--json")
+    assert_ok(proc)
+    report = json.loads(proc.stdout)
+    assert report["ok"] and report["problems"] == [] and report["keys"] > 0
+
+
+def _break(path, statements):
+    con = sqlite3.connect(path)
+    for sql in statements:
+        con.execute(sql)
+    con.commit()
+    con.close()
+
+
+def test_every_kind_of_problem_is_one_line(sample_copy):
+    array = json.dumps({"zarr_format": 3, "node_type": "array", "shape": [3]})
+    _break(
+        sample_copy,
+        [
+            "PRAGMA application_id = 1234",
+            "CREATE TABLE extra(x)",
+            "INSERT INTO zarr_sqlitestore_metadata VALUES ('colour', 'blue')",
+            "UPDATE zarr_sqlitestore_metadata SET v = 'yesterday' WHERE k = 'modified_at'",
+            "INSERT INTO zarr VALUES ('climate/note', 'text, not a blob')",
+            "INSERT INTO zarr VALUES ('/rooted', x'00')",
+            "INSERT INTO zarr VALUES ('climate/temperature/c/4/0', x'00')",  # 4 chunk rows: 0..3
+            "INSERT INTO zarr VALUES ('climate/temperature/c/1', x'00')",
+            "INSERT INTO zarr VALUES ('climate/temperature/0.0', x'00')",
+            "INSERT INTO zarr VALUES ('legacy/3', x'00')",  # 3 chunks: 0..2, v2 key encoding
+            "INSERT INTO zarr VALUES ('legacy/c/1', x'00')",
+            "INSERT INTO zarr VALUES ('tiles/c/0/2', x'00')",  # 2 x 2 shards
+            "INSERT INTO zarr VALUES ('scalar/c/0', x'00')",
+            "INSERT INTO zarr VALUES ('broken/zarr.json', CAST('{not json' AS BLOB))",
+            "INSERT INTO zarr VALUES ('v2ish/zarr.json', CAST('{\"zarr_format\": 2}' AS BLOB))",
+            f"INSERT INTO zarr VALUES ('partial/zarr.json', CAST('{array}' AS BLOB))",
+        ],
+    )
+    proc = run("check", sample_copy)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stdout.splitlines()
+    expected = [
+        "application id 0x000004d2",
+        "extra table 'extra'",
+        "unknown record 'colour'",
+        "modified_at 'yesterday' is not an RFC 3339 timestamp",
+        "values that are not BLOBs (e.g. key 'climate/note')",
+        "key '/rooted': breaks the key rules",
+        "key 'climate/temperature/c/4/0': chunk index 4 of dimension 0 is outside the chunk grid",
+        "key 'climate/temperature/c/1': not a chunk key of this 2-d array",
+        "key 'climate/temperature/0.0': not a chunk key",
+        "key 'legacy/3': chunk index 3 of dimension 0 is outside the chunk grid",
+        "key 'legacy/c/1': not a chunk key",
+        "key 'tiles/c/0/2': chunk index 2 of dimension 1 is outside the chunk grid (2 shards",
+        "key 'scalar/c/0': not a chunk key",
+        "broken/zarr.json is not valid JSON",
+        "v2ish/zarr.json: zarr_format is 2, not 3",
+        "partial/zarr.json: the array metadata lacks data_type",
+        "key 'climate/note': belongs to no array",
+    ]
+    for text in expected:
+        assert sum(text in line for line in lines) == 1, f"{text!r} not in:\n{proc.stdout}"
+    assert lines[-1].startswith(f"{len(expected)} problem(s)")
+    assert len(lines) == len(expected) + 1
+
+
+def test_wal_mode_is_a_warning_and_strict_makes_it_a_problem(sample_copy):
+    store = SQLiteStore(sample_copy)  # a writer keeps it open: WAL mode
+    try:
+        store.file_info()
+        proc = run("check", sample_copy)
+        assert_ok(proc)
+        assert "warning: journal mode: the file is in WAL mode" in proc.stdout
+        assert proc.stdout.splitlines()[-1] == "ok"
+        strict = run("check", "--strict", sample_copy)
+        assert strict.returncode == 1
+    finally:
+        store.close()
+
+
+def test_integrity_check_finds_damage(sample_copy):
+    """Keys changed in the key index but not in the table: SQLite's integrity check reports
+    rows missing from the index, each one problem line."""
+    con = sqlite3.connect(sample_copy)
+    page_size = con.execute("PRAGMA page_size").fetchone()[0]
+    (root,) = con.execute(
+        "SELECT rootpage FROM sqlite_schema WHERE name = 'sqlite_autoindex_zarr_1'"
+    ).fetchone()
+    con.close()
+    data = bytearray(sample_copy.read_bytes())
+    page = slice((root - 1) * page_size, root * page_size)
+    at = data[page].index(b"temperature/c/2/")
+    data[(root - 1) * page_size + at : (root - 1) * page_size + at + 16] = b"temperature/c/7/"
+    sample_copy.write_bytes(bytes(data))
+    proc = run("check", sample_copy)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    damage = [line for line in proc.stdout.splitlines() if line.startswith("integrity: ")]
+    assert damage and all("missing from index" in line for line in damage)
+
+
+def test_unreadable_file_is_reported_as_damaged(sample_copy):
+    """A destroyed b-tree page: even the integrity check cannot run; check says so and fails."""
+    con = sqlite3.connect(sample_copy)
+    page_size = con.execute("PRAGMA page_size").fetchone()[0]
+    (root,) = con.execute("SELECT rootpage FROM sqlite_schema WHERE name = 'zarr'").fetchone()
+    con.close()
+    with open(sample_copy, "r+b") as f:
+        f.seek((root - 1) * page_size)
+        f.write(b"\xff" * 16)
+    proc = run("check", sample_copy)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert any(line.startswith("damaged: ") for line in proc.stdout.splitlines())
