@@ -36,6 +36,20 @@ cdef extern from *:
     long zarrdb_getpid() nogil
 
 
+# The process id, refreshed in a child after fork(), so that checking "was this connection
+# opened in this process?" costs no system call.
+cdef long _current_pid = zarrdb_getpid()
+
+
+def _after_fork_in_child():
+    global _current_pid
+    _current_pid = zarrdb_getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 BUNDLED_SQLITE = bool(ZARRDB_BUNDLED_SQLITE)
 # The spec's limit for one value: 3 bytes less than 2 GiB.
 DEF _MAX_VALUE = 2147483645
@@ -43,6 +57,8 @@ MAX_VALUE_SIZE = _MAX_VALUE
 # Values at least this long are copied with the GIL released; below it the copy is cheaper
 # than giving the GIL away and taking it back.
 DEF _NOGIL_COPY = 65536
+# Values at least this long are read with the blob API (no intermediate copy inside SQLite).
+DEF _BLOB_READ_MIN = 65536
 
 
 def _library_info():
@@ -457,7 +473,7 @@ cdef class Database:
     cdef int _enter(self) except -1:
         if self.db == NULL:
             raise _errors.ClosedError(f"the database {self.path!r} is closed")
-        if self.pid != zarrdb_getpid():
+        if self.pid != _current_pid:
             raise _errors.ForkedProcessError(
                 f"the connection to {self.path!r} was opened in process {self.pid} and cannot "
                 "be used after fork(); open the database again in this process"
@@ -692,63 +708,26 @@ cdef class Database:
 
     def get(self, key):
         """The value stored under `key` as bytes, or None."""
-        cdef Key k
-        cdef sqlite3_stmt* stmt
-        cdef int rc
-        cdef const void* src = NULL
-        cdef Py_ssize_t n = 0
-        cdef char* dst
-        cdef bytes out
-        _key(key, &k)
-        self._enter()
-        try:
-            stmt = self._stmt(S_GET)
-            with nogil:
-                sqlite3_bind_text64(stmt, 1, k.data, k.size, SQLITE_STATIC, SQLITE_UTF8)
-                rc = sqlite3_step(stmt)
-                if rc == SQLITE_ROW:
-                    src = sqlite3_column_blob(stmt, 0)
-                    n = sqlite3_column_bytes(stmt, 0)
-                    rc = sqlite3_errcode(self.db) if src == NULL and n > 0 else SQLITE_ROW
-            if rc == SQLITE_DONE:
-                with nogil:
-                    sqlite3_reset(stmt)
-                return None
-            if rc != SQLITE_ROW:
-                err = self._error(rc, f"cannot read {key!r}")
-                sqlite3_reset(stmt)
-                raise err
-            try:
-                out = PyBytes_FromStringAndSize(NULL, n)
-            except BaseException:
-                sqlite3_reset(stmt)
-                raise
-            dst = PyBytes_AS_STRING(out)
-            if n >= _NOGIL_COPY:
-                with nogil:
-                    memcpy(dst, src, n)
-                    sqlite3_reset(stmt)
-            else:
-                if n:
-                    memcpy(dst, src, n)
-                with nogil:
-                    sqlite3_reset(stmt)
-            return out
-        finally:
-            self._leave()
+        return self._read(key, _MAX_VALUE)
 
     def get_limited(self, key, limit):
         """The value of `key` if it is at most `limit` bytes long; otherwise its length (an
         int; nothing read); None if the key is missing."""
+        return self._read(key, limit)
+
+    cdef object _read(self, object key, int64_t limit):
+        """Find the row and the value's length first (the length comes from the row header),
+        then copy the value once into the result: small values from the row, large ones
+        with the blob API, which reads overflow pages straight into the result."""
         cdef Key k
         cdef sqlite3_stmt* locate
         cdef sqlite3_stmt* fetch
+        cdef sqlite3_blob* blob = NULL
         cdef int rc
         cdef int64_t rowid = 0
         cdef int64_t size = 0
-        cdef int64_t c_limit = limit
         cdef const void* src = NULL
-        cdef Py_ssize_t n = 0
+        cdef char* dst
         cdef bytes out
         _key(key, &k)
         self._enter()
@@ -761,33 +740,48 @@ cdef class Database:
                 if rc == SQLITE_ROW:
                     rowid = sqlite3_column_int64(locate, 0)
                     size = sqlite3_column_int64(locate, 1)
-                    if size <= c_limit:
-                        # `locate` is not reset yet: its read transaction keeps the rowid valid.
-                        sqlite3_bind_int64(fetch, 1, rowid)
-                        rc = sqlite3_step(fetch)
-                        if rc == SQLITE_ROW:
-                            src = sqlite3_column_blob(fetch, 0)
-                            n = sqlite3_column_bytes(fetch, 0)
-            if rc == SQLITE_DONE:
-                with nogil:
-                    sqlite3_reset(fetch)
-                    sqlite3_reset(locate)
-                return None
             if rc != SQLITE_ROW:
-                err = self._error(rc, f"cannot read {key!r}")
-                sqlite3_reset(fetch)
-                sqlite3_reset(locate)
-                raise err
-            if size > c_limit:
+                err = None if rc == SQLITE_DONE else self._error(rc, f"cannot read {key!r}")
+                with nogil:
+                    sqlite3_reset(locate)
+                if err is not None:
+                    raise err
+                return None
+            if size > limit:
                 with nogil:
                     sqlite3_reset(locate)
                 return size
             try:
-                out = PyBytes_FromStringAndSize(<const char*>src, n)
-            finally:
-                with nogil:
-                    sqlite3_reset(fetch)
-                    sqlite3_reset(locate)
+                out = PyBytes_FromStringAndSize(NULL, size)
+            except BaseException:
+                sqlite3_reset(locate)
+                raise
+            dst = PyBytes_AS_STRING(out)
+            # `locate` is not reset yet: its read transaction keeps `rowid` valid meanwhile.
+            with nogil:
+                if size >= _BLOB_READ_MIN:
+                    rc = sqlite3_blob_open(self.db, "main", "zarr", "v", rowid, 0, &blob)
+                    if rc == SQLITE_OK:
+                        rc = sqlite3_blob_read(blob, dst, <int>size, 0)
+                else:
+                    sqlite3_bind_int64(fetch, 1, rowid)
+                    rc = sqlite3_step(fetch)
+                    if rc == SQLITE_ROW:
+                        src = sqlite3_column_blob(fetch, 0)
+                        if size > 0 and src != NULL:
+                            memcpy(dst, src, size)
+                        rc = SQLITE_OK
+            if rc != SQLITE_OK:
+                err = self._error(rc, f"cannot read {key!r}")
+            else:
+                err = None
+            with nogil:
+                if blob != NULL:
+                    sqlite3_blob_close(blob)
+                sqlite3_reset(fetch)
+                sqlite3_reset(locate)
+            if err is not None:
+                raise err
             return out
         finally:
             self._leave()

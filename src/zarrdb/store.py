@@ -52,6 +52,14 @@ INLINE_READ_MAX = 256 * 1024
 DEFAULT_PAGE_SIZE = 65536
 # Page cache per connection, KiB (SQLite's default of 2 MiB holds only 31 pages of 64 KiB).
 DEFAULT_CACHE_KIB = 32768
+# Read connections map this much of the file into memory: a value is copied straight from the
+# OS page cache, and a byte range deep in a large value costs no page reads to reach.
+DEFAULT_MMAP_BYTES = 256 * 1024 * 1024
+# When the write-ahead log grows past this, a background thread checkpoints it into the file
+# (on its own connection, without blocking the writer), so ingest does not stop to copy.
+CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024
+# ...and past this many pages the writer checkpoints it itself (a bound on the log's size).
+WRITER_AUTOCHECKPOINT_PAGES = 8192
 # A group commit of at most this many bytes runs on the event loop's thread; a larger one in a
 # worker thread, so the loop keeps preparing the next chunks meanwhile.
 INLINE_COMMIT_MAX = 1024 * 1024
@@ -136,7 +144,9 @@ class _Connections:
         self.flush_scheduled = False
         self.flush_running = False
         self.transaction_depth = 0
-        self.transaction_owner: int | None = None
+        self.checkpointer: threading.Thread | None = None
+        self.checkpoint_wanted = threading.Event()
+        self.closing = False
 
     # --- opening --------------------------------------------------------------------------
 
@@ -185,6 +195,7 @@ class _Connections:
             mode = db.journal_mode("wal")
             if mode != "wal":
                 raise errors.SQLiteError(f"cannot switch {path!r} to WAL mode (got {mode!r})")
+            db.pragma("wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES)
         except BaseException:
             db.close()
             raise
@@ -283,6 +294,40 @@ class _Connections:
         finally:
             for sub in batch:
                 sub.resolve()
+        self._maybe_checkpoint()
+
+    def _maybe_checkpoint(self) -> None:
+        try:
+            wal = os.stat(self.store_path + "-wal").st_size
+        except OSError:
+            return
+        if wal < CHECKPOINT_WAL_BYTES or self.closing:
+            return
+        if self.checkpointer is None:
+            self.checkpointer = threading.Thread(
+                target=self._checkpoint_loop, name="zarrdb-checkpoint", daemon=True
+            )
+            self.checkpointer.start()
+        self.checkpoint_wanted.set()
+
+    def _checkpoint_loop(self) -> None:
+        """Copy the log into the file whenever asked, on a connection of its own."""
+        db = None
+        try:
+            while True:
+                self.checkpoint_wanted.wait()
+                self.checkpoint_wanted.clear()
+                if self.closing:
+                    return
+                if db is None:
+                    db = Database(self.store_path, mode="w", busy_timeout=0)
+                try:
+                    db.checkpoint("passive")
+                except errors.ZarrDBError:
+                    pass  # the writer's own checkpoints and close() cover what is missed
+        finally:
+            if db is not None:
+                db.close()
 
     def _apply(self, batch: list[_Submission]) -> None:
         db = self.writer
@@ -388,6 +433,11 @@ class _Connections:
             readers, self.readers = self.readers, []
         for db in readers:
             db.close()
+        self.closing = True
+        if self.checkpointer is not None:
+            self.checkpoint_wanted.set()
+            self.checkpointer.join()
+            self.checkpointer = None
         writer, self.writer = self.writer, None
         if writer is not None:
             with self.write_lock:
@@ -475,7 +525,7 @@ class SQLiteStore(Store):
     cache_size
         Page cache per connection, in KiB (default 32768).
     mmap_size
-        Bytes of the file to memory-map for reads (0 disables).
+        Bytes of the file to memory-map for reads (default 256 MiB; 0 disables).
     """
 
     supports_writes: bool = True
@@ -505,7 +555,7 @@ class SQLiteStore(Store):
             "busy_timeout": float(busy_timeout),
             "immutable": bool(immutable),
             "cache_size": DEFAULT_CACHE_KIB if cache_size is None else cache_size,
-            "mmap_size": mmap_size,
+            "mmap_size": DEFAULT_MMAP_BYTES if mmap_size is None else mmap_size,
         }
         self._conns: _Connections | None = None
         self._open_lock = threading.Lock()
