@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a virtual environment for one Python, builds zarrdb into it, and runs a command.
 #
-#   scripts/dev.sh demo            the main job (see README)
+#   scripts/dev.sh demo [ARGS]     the main job: a small example file, then `zarrdb bench ARGS`
 #   scripts/dev.sh test [ARGS]     the test suite (pytest ARGS)
 #   scripts/dev.sh bench [ARGS]    the pytest-benchmark suite in benchmarks/
 #   scripts/dev.sh shell           a shell with the environment activated
@@ -41,10 +41,11 @@ cmd=${1:-}
 case "$cmd" in
     demo)
         setup bench
-        exec "$VENV/bin/python" -m zarrdb.demo "$@"
+        "$VENV/bin/python" -m zarrdb.demo
+        exec "$VENV/bin/python" -m zarrdb bench "$@"
         ;;
     test)
-        setup test
+        setup "test,dask"
         exec "$VENV/bin/python" -m pytest "$@"
         ;;
     bench)

@@ -11,7 +11,7 @@ object for the same file (what was committed must still be there), and look at t
 through a second, read-only SQLiteStore opened alongside the writer (committed writes must be
 visible to other connections, not just to the writer's own).
 
-The default run is bounded to stay well under a minute; `-m slow` runs the long variant.
+The default run is bounded to stay well under a minute; `-m slow` runs the long variant
 """
 
 from __future__ import annotations
