@@ -44,25 +44,20 @@ _SYNCHRONOUS = {"full": "full", "normal": "normal", "off": "off"}
 # A read of at most this many bytes runs on the event loop's thread; a longer one is handed to
 # a worker thread so the loop is not stalled (benchmarks/test_tunables.py measures the cost of
 # a thread hop against the copy time).
-INLINE_READ_MAX = 256 * 1024
-# New files get 64 KiB pages and incremental auto-vacuum: a byte range deep inside a large
-# value (a shard) is found through the pointer map instead of walking the value's chain of
-# overflow pages, so partial reads stay flat as shards grow; large values also write faster
-# (benchmarks/test_tunables.py).
+INLINE_READ_MAX = 1024 * 1024
+# New files get 64 KiB pages: a large value (a shard) is a chain of 16 times fewer overflow
+# pages, so a byte range deep inside it is reached quickly and partial reads stay flat as shards
+# grow from 1 to 16 MiB; large values also write faster (benchmarks/tunables.py).
 DEFAULT_PAGE_SIZE = 65536
-# Page cache per connection, KiB (SQLite's default of 2 MiB holds only 31 pages of 64 KiB).
-DEFAULT_CACHE_KIB = 32768
+# Page cache per connection, KiB (SQLite's default of 2 MiB holds only 31 pages of 64 KiB;
+# reads mostly go through mmap, so more buys little: benchmarks/tunables.py).
+DEFAULT_CACHE_KIB = 16384
 # Read connections map this much of the file into memory: a value is copied straight from the
 # OS page cache, and a byte range deep in a large value costs no page reads to reach.
 DEFAULT_MMAP_BYTES = 256 * 1024 * 1024
-# When the write-ahead log grows past this, a background thread checkpoints it into the file
-# (on its own connection, without blocking the writer), so ingest does not stop to copy.
-CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024
-# ...and past this many pages the writer checkpoints it itself (a bound on the log's size).
-WRITER_AUTOCHECKPOINT_PAGES = 8192
 # A group commit of at most this many bytes runs on the event loop's thread; a larger one in a
 # worker thread, so the loop keeps preparing the next chunks meanwhile.
-INLINE_COMMIT_MAX = 1024 * 1024
+INLINE_COMMIT_MAX = 16 * 1024 * 1024
 # The writer never takes more than this many bytes into one group commit (the rest waits for
 # the next one): bounds the transaction and the memory pinned by queued values.
 GROUP_COMMIT_MAX_BYTES = 64 * 1024 * 1024
@@ -144,9 +139,8 @@ class _Connections:
         self.flush_scheduled = False
         self.flush_running = False
         self.transaction_depth = 0
-        self.checkpointer: threading.Thread | None = None
-        self.checkpoint_wanted = threading.Event()
-        self.closing = False
+        self.transaction_threads: set[int] = set()
+        self.transaction_done = threading.Condition(self.write_lock)
 
     # --- opening --------------------------------------------------------------------------
 
@@ -195,7 +189,6 @@ class _Connections:
             mode = db.journal_mode("wal")
             if mode != "wal":
                 raise errors.SQLiteError(f"cannot switch {path!r} to WAL mode (got {mode!r})")
-            db.pragma("wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES)
         except BaseException:
             db.close()
             raise
@@ -206,7 +199,8 @@ class _Connections:
 
         page_size = self.options["page_size"] or DEFAULT_PAGE_SIZE
         db.pragma("page_size", int(page_size))
-        db.pragma("auto_vacuum", "incremental")
+        # SQLite sized the cache in pages of the old size: size it again in KiB.
+        db.pragma("cache_size", -int(self.options["cache_size"]))
         with db.transaction():
             facts = _format.read_facts(db)  # another process may have won the race
             if not facts.is_empty:
@@ -246,11 +240,29 @@ class _Connections:
             db = self._new_reader()
         return db
 
+    def in_transaction(self) -> bool:
+        """True if the calling thread takes part in the open explicit transaction: the thread
+        that opened it, or zarr's own event-loop and codec threads working for it."""
+        if not self.transaction_depth:
+            return False
+        tid = threading.get_ident()
+        return tid in self.transaction_threads or tid in _zarr_worker_threads()
+
+    def wait_for_transaction(self) -> None:
+        """Block while an explicit transaction this thread takes no part in is open."""
+        if not self.transaction_depth:
+            return  # the common case, without touching the writer's lock
+        with self.transaction_done:
+            while self.transaction_depth and not self.in_transaction():
+                # Timed: a thread zarr has just started for its pool joins that pool's list of
+                # threads a moment after it starts running.
+                self.transaction_done.wait(0.01)
+
     @contextlib.contextmanager
     def read_connection(self):
-        """The connection a read uses: the writer while a transaction is open (so reads see
-        the transaction's own writes), else this thread's reader."""
-        if self.transaction_depth:
+        """The connection a read uses: the writer for a thread inside the open transaction (so
+        it sees the transaction's own writes), else this thread's reader."""
+        if self.in_transaction():
             with self.write_lock:
                 yield self.writer
         else:
@@ -268,15 +280,15 @@ class _Connections:
                 batch.append(sub)
             return batch
 
-    def commit(self, batch: list[_Submission]) -> None:
-        """Apply `batch` in one transaction (or inside the open explicit transaction), set each
-        submission's error, and wake its caller."""
+    def commit(self, batch: list[_Submission], joined: bool = False) -> None:
+        """Apply `batch` in one transaction (`joined`: inside the open explicit transaction),
+        set each submission's error, and wake its caller."""
         if not batch:
             return
         try:
             with self.write_lock:
                 try:
-                    self._apply(batch)
+                    self._apply(batch, joined)
                 except errors.ZarrDBError as exc:
                     if len(batch) == 1:
                         batch[0].error = exc
@@ -284,7 +296,7 @@ class _Connections:
                         # One caller's bad write must not fail the others: retry one by one.
                         for sub in batch:
                             try:
-                                self._apply([sub])
+                                self._apply([sub], joined)
                             except errors.ZarrDBError as single:
                                 sub.error = single
         except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
@@ -294,45 +306,10 @@ class _Connections:
         finally:
             for sub in batch:
                 sub.resolve()
-        self._maybe_checkpoint()
 
-    def _maybe_checkpoint(self) -> None:
-        try:
-            wal = os.stat(self.store_path + "-wal").st_size
-        except OSError:
-            return
-        if wal < CHECKPOINT_WAL_BYTES or self.closing:
-            return
-        if self.checkpointer is None:
-            self.checkpointer = threading.Thread(
-                target=self._checkpoint_loop, name="zarrdb-checkpoint", daemon=True
-            )
-            self.checkpointer.start()
-        self.checkpoint_wanted.set()
-
-    def _checkpoint_loop(self) -> None:
-        """Copy the log into the file whenever asked, on a connection of its own."""
-        db = None
-        try:
-            while True:
-                self.checkpoint_wanted.wait()
-                self.checkpoint_wanted.clear()
-                if self.closing:
-                    return
-                if db is None:
-                    db = Database(self.store_path, mode="w", busy_timeout=0)
-                try:
-                    db.checkpoint("passive")
-                except errors.ZarrDBError:
-                    pass  # the writer's own checkpoints and close() cover what is missed
-        finally:
-            if db is not None:
-                db.close()
-
-    def _apply(self, batch: list[_Submission]) -> None:
+    def _apply(self, batch: list[_Submission], joined: bool) -> None:
         db = self.writer
         assert db is not None
-        joined = self.transaction_depth > 0
         if not joined:
             db.begin_write()
         try:
@@ -355,7 +332,8 @@ class _Connections:
                             raise AssertionError(kind)
             if sets:
                 db.set_many(sets)
-            db.execute(_format.TOUCH_MODIFIED_AT)
+            if not joined:
+                db.execute(_format.TOUCH_MODIFIED_AT)
         except BaseException:
             if not joined and db.in_transaction:
                 db.rollback()
@@ -363,26 +341,46 @@ class _Connections:
         if not joined:
             db.commit()
 
+    def commit_pending(self) -> None:
+        """Commit everything queued (not while an explicit transaction is open)."""
+        with self.write_lock:
+            while self.pending and not self.transaction_depth:
+                self.commit(self.take_batch())
+
     def write_sync(self, sub: _Submission) -> None:
-        """Queue `sub` and return once it is committed (the first waiter commits for all)."""
-        if self.transaction_depth:
-            self.commit([sub])
+        """Queue `sub` and return once it is committed. Whoever finds the writer free commits
+        everything queued so far; the others wait for their own write to be done."""
+        self.wait_for_transaction()
+        if self.in_transaction():
+            self.commit([sub], joined=True)
         else:
             sub.event = threading.Event()
             with self.pending_lock:
                 self.pending.append(sub)
             while not sub.event.is_set():
-                with self.write_lock:
-                    if sub.event.is_set():
+                if self.write_lock.acquire(blocking=False):
+                    try:
+                        if not self.transaction_depth:
+                            while self.pending:
+                                self.commit(self.take_batch())
+                    finally:
+                        self.write_lock.release()
+                    # Writes queued while the lock was being released are not stranded: the
+                    # loop runs again unless the queue is empty.
+                    if sub.event.is_set() and not self.pending:
                         break
-                    self.commit(self.take_batch())
+                    continue
+                # Another thread is committing, most likely this write with it.
+                sub.event.wait(0.002)
         if sub.error is not None:
             raise sub.error
 
     async def write_async(self, sub: _Submission) -> None:
         """Queue `sub`; the event loop commits everything queued in its next turn."""
-        if self.transaction_depth:
-            self.commit([sub])
+        if self.transaction_depth and not self.in_transaction():
+            await asyncio.to_thread(self.wait_for_transaction)
+        if self.in_transaction():
+            self.commit([sub], joined=True)
             if sub.error is not None:
                 raise sub.error
             return
@@ -400,8 +398,10 @@ class _Connections:
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
         with self.pending_lock:
             self.flush_scheduled = False
-        if self.flush_running:
-            return  # the commit in the worker thread reschedules when it finishes
+        if self.flush_running or self.transaction_depth:
+            # A commit in a worker thread reschedules when it finishes; the end of an explicit
+            # transaction commits what was queued meanwhile.
+            return
         batch = self.take_batch()
         if not batch:
             return
@@ -433,11 +433,6 @@ class _Connections:
             readers, self.readers = self.readers, []
         for db in readers:
             db.close()
-        self.closing = True
-        if self.checkpointer is not None:
-            self.checkpoint_wanted.set()
-            self.checkpointer.join()
-            self.checkpointer = None
         writer, self.writer = self.writer, None
         if writer is not None:
             with self.write_lock:
@@ -458,20 +453,28 @@ class _Connections:
 class _TransactionContext:
     """`with store.transaction():` and `async with store.transaction():`.
 
-    While the block runs, every write to the store joins its transaction, whichever thread
-    makes it (zarr's synchronous API writes from its own event-loop thread); the writer lock is
-    held only around each use of the connection, never for the whole block."""
+    The thread that opens the block takes part in it, and so do zarr's own event-loop and codec
+    threads (zarr's synchronous API does its writes there): their writes join the transaction
+    and their reads see it. Other threads' writes wait for the block to end; their reads see
+    committed data only. The writer lock is held around each use of the connection, never for
+    the whole block. A nested block is a savepoint: if it raises, its writes are undone."""
 
     def __init__(self, store: SQLiteStore) -> None:
         self.store = store
+        self.inner: list[Any] = []  # the engine's transaction of each level entered
 
     def __enter__(self) -> SQLiteStore:
         conns = self.store._connections_for_write()
+        conns.wait_for_transaction()  # another thread's transaction: wait for its end
         with conns.write_lock:
-            while conns.pending:
-                conns.commit(conns.take_batch())
+            conns.wait_for_transaction()
             if conns.transaction_depth == 0:
-                conns.writer.begin_write()  # type: ignore[union-attr]
+                while conns.pending:
+                    conns.commit(conns.take_batch())
+                conns.transaction_threads = {threading.get_ident()}
+            inner = conns.writer.transaction()  # type: ignore[union-attr]
+            inner.__enter__()  # BEGIN IMMEDIATE, or a savepoint when nested
+            self.inner.append(inner)
             conns.transaction_depth += 1
         return self.store
 
@@ -479,20 +482,21 @@ class _TransactionContext:
         conns = self.store._conns
         assert conns is not None and conns.writer is not None
         with conns.write_lock:
-            conns.transaction_depth -= 1
-            if conns.transaction_depth:
-                return
-            db = conns.writer
-            if exc_type is None:
-                try:
-                    db.execute(_format.TOUCH_MODIFIED_AT)
-                    db.commit()
-                except BaseException:
-                    if db.in_transaction:
-                        db.rollback()
-                    raise
-            elif db.in_transaction:
-                db.rollback()
+            inner = self.inner.pop()
+            try:
+                if exc_type is None and conns.transaction_depth == 1:
+                    try:
+                        conns.writer.execute(_format.TOUCH_MODIFIED_AT)
+                    except BaseException as touch_error:
+                        inner.__exit__(type(touch_error), touch_error, None)
+                        raise
+                inner.__exit__(exc_type, exc, tb)
+            finally:
+                conns.transaction_depth -= 1
+                if conns.transaction_depth == 0:
+                    conns.transaction_threads = set()
+                    conns.transaction_done.notify_all()
+        conns.commit_pending()  # writes of other threads that waited for the end
 
     async def __aenter__(self) -> SQLiteStore:
         await self.store._ensure_open()
@@ -523,7 +527,7 @@ class SQLiteStore(Store):
         The file is on read-only media or a share and cannot change while open: read it
         without any locking (implies read_only).
     cache_size
-        Page cache per connection, in KiB (default 32768).
+        Page cache per connection, in KiB (default 16384).
     mmap_size
         Bytes of the file to memory-map for reads (default 256 MiB; 0 disables).
     """
@@ -644,9 +648,11 @@ class SQLiteStore(Store):
     def _writer_call(self, fn):
         """Run `fn(writer)` with the writer connection, after everything queued is committed."""
         conns = self._connections_for_write()
+        conns.wait_for_transaction()
         with conns.write_lock:
-            while conns.pending:
-                conns.commit(conns.take_batch())
+            if not conns.transaction_depth:
+                while conns.pending:
+                    conns.commit(conns.take_batch())
             return fn(conns.writer)
 
     def move(self, source: str, dest: str) -> int:
@@ -752,7 +758,7 @@ class SQLiteStore(Store):
             prototype = default_buffer_prototype()
         start, length = _byte_range(byte_range)
         conns = self._connections()
-        if conns.transaction_depth:
+        if conns.in_transaction():
             return self.get_sync(key, prototype=prototype, byte_range=byte_range)
         db = conns.reader()
         if byte_range is None:
@@ -780,7 +786,7 @@ class SQLiteStore(Store):
     async def _get_ranges(
         self, requests: list[tuple[str, int, int | None]]
     ) -> list[bytes | None]:
-        if len(requests) <= 4 or self._connections().transaction_depth:
+        if len(requests) <= 4 or self._connections().in_transaction():
             return self._get_ranges_sync(requests)
         return await asyncio.to_thread(self._get_ranges_sync, requests)
 
@@ -903,6 +909,33 @@ class SQLiteStore(Store):
     async def is_empty(self, prefix: str) -> bool:
         with self._connections().read_connection() as db:
             return not db.has_prefix(_format.dir_prefix(prefix))
+
+
+def _zarr_worker_threads() -> set[int]:
+    """Thread ids of zarr's own event-loop thread and codec thread pool (if started)."""
+    ids: set[int] = set()
+    try:
+        from zarr.core import sync as zarr_sync
+
+        thread = zarr_sync.iothread[0]
+        if thread is not None and thread.ident is not None:
+            ids.add(thread.ident)
+        # zarr's loop hands blocking work (e.g. the fused pipeline's write_sync) to its
+        # default executor.
+        executor = getattr(zarr_sync.loop[0], "_default_executor", None)
+        if executor is not None:
+            ids.update(t.ident for t in list(executor._threads) if t.ident is not None)
+    except (ImportError, AttributeError, IndexError):
+        pass
+    try:
+        from zarr.core import codec_pipeline
+
+        pool = getattr(codec_pipeline, "_pool", None)
+        if pool is not None:
+            ids.update(t.ident for t in list(pool._threads) if t.ident is not None)
+    except (ImportError, AttributeError):
+        pass
+    return ids
 
 
 # Stores still open at interpreter exit are closed, so their files are left in DELETE mode.
