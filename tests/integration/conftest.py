@@ -1,21 +1,39 @@
-"""Tests marked `slow` in this directory are skipped in a plain run (the default run of
-tests/store and tests/integration stays short). Run them with `-m slow` (or any -m expression
-that names `slow`), or with ZARRDB_RUN_SLOW=1 in the environment."""
+"""A watchdog for the end-to-end tests: a test that runs longer than its limit dumps every
+thread's traceback and ends the run, instead of blocking it forever. (A lost wake-up in the
+group commit or a lock-order deadlock between a transaction and zarr's event-loop thread hangs
+rather than fails.) Not used when pytest's own `faulthandler_timeout` is set."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+import faulthandler
+import sys
 
 import pytest
 
-_HERE = Path(__file__).resolve().parent
+try:  # the copy of the terminal's stderr that pytest's faulthandler plugin keeps
+    from _pytest.faulthandler import fault_handler_stderr_fd_key
+except ImportError:  # pragma: no cover - other pytest versions
+    fault_handler_stderr_fd_key = None
+
+WATCHDOG_SECONDS = 180
+WATCHDOG_SECONDS_SLOW = 1200
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if "slow" in (config.getoption("markexpr") or "") or os.environ.get("ZARRDB_RUN_SLOW"):
+@pytest.fixture(autouse=True)
+def _watchdog(request: pytest.FixtureRequest):
+    if request.config.getini("faulthandler_timeout"):
+        yield
         return
-    skip = pytest.mark.skip(reason="slow: run with -m slow or ZARRDB_RUN_SLOW=1")
-    for item in items:
-        if item.get_closest_marker("slow") and _HERE in Path(item.path).resolve().parents:
-            item.add_marker(skip)
+    slow = request.node.get_closest_marker("slow") is not None
+    out = None
+    if fault_handler_stderr_fd_key is not None:
+        out = request.config.stash.get(fault_handler_stderr_fd_key, None)
+    faulthandler.dump_traceback_later(
+        WATCHDOG_SECONDS_SLOW if slow else WATCHDOG_SECONDS,
+        exit=True,
+        file=sys.stderr if out is None else out,
+    )
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()

@@ -112,7 +112,9 @@ class CallLog:
         return sum(self.nbytes.values())
 
     def summary(self) -> str:
-        calls = ", ".join(f"{m}: {n} calls/{self.nbytes[m]} B" for m, n in sorted(self.calls.items()))
+        calls = ", ".join(
+            f"{m}: {n} calls/{self.nbytes[m]} B" for m, n in sorted(self.calls.items())
+        )
         return f"{calls}; requests: {dict(sorted(self.requests.items()))}"
 
 
@@ -159,15 +161,15 @@ class CountingStore(WrapperStore):
 
     def get_sync(self, key, *, prototype=None, byte_range=None):
         buf = self._store.get_sync(key, prototype=prototype, byte_range=byte_range)
-        self.log.record("get_sync" if byte_range is None else "get_sync+range", key, [buf], [byte_range])
+        method = "get_sync" if byte_range is None else "get_sync+range"
+        self.log.record(method, key, [buf], [byte_range])
         return buf
 
     def get_ranges_sync(self, key, byte_ranges, *, prototype, **kwargs):
         byte_ranges = list(byte_ranges)
         results = self._store.get_ranges_sync(key, byte_ranges, prototype=prototype, **kwargs)
-        self.log.record(
-            "get_ranges_sync", key, [buf for _, buf in results], [byte_ranges[i] for i, _ in results]
-        )
+        bufs = [buf for _, buf in results]
+        self.log.record("get_ranges_sync", key, bufs, [byte_ranges[i] for i, _ in results])
         return results
 
     # writes
@@ -253,7 +255,9 @@ def test_nested_groups_and_attributes(store: SQLiteStore, path: Path) -> None:
             assert root["a/b/x"].attrs.asdict() == {"units": "m"}
             np.testing.assert_array_equal(root["a/b/x"][:], np.arange(5, dtype="int16"))
             members = sorted(name for name, _ in root.members(max_depth=None))
-            assert members == ["a", "a/b", "a/b/c", "a/b/x", "a_sibling", "grüße", "grüße/漢字"]
+            assert members == [
+                "a", "a/b", "a/b/c", "a/b/x", "a_sibling", "grüße", "grüße/漢字"
+            ]
             # The metadata documents are stored as plain zarr.json values.
             meta = json.loads(raw(s, "a/zarr.json"))
             assert meta["node_type"] == "group"
@@ -325,17 +329,13 @@ def sample(dtype: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
         flat[:2] = [np.array("NaT").astype(dt), np.array(0).astype(dt)]
     elif dt.kind == "S":
         letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz0123456789 \x01\xff", dtype="S1")
-        flat = np.array(
-            [b"".join(rng.choice(letters, size=rng.integers(0, dt.itemsize + 1))) for _ in range(n)],
-            dtype=dt,
-        )
+        lengths = rng.integers(0, dt.itemsize + 1, size=n)
+        flat = np.array([b"".join(rng.choice(letters, size=k)) for k in lengths], dtype=dt)
         flat[0] = b""
     elif dt.kind == "U":
         alphabet = list("abcxyz ÄÖÜßéñ☃€漢字🙂")
-        flat = np.array(
-            ["".join(rng.choice(alphabet, size=rng.integers(0, dt.itemsize // 4 + 1))) for _ in range(n)],
-            dtype=dt,
-        )
+        lengths = rng.integers(0, dt.itemsize // 4 + 1, size=n)
+        flat = np.array(["".join(rng.choice(alphabet, size=k)) for k in lengths], dtype=dt)
         flat[0] = ""
     else:  # pragma: no cover
         raise AssertionError(dtype)
@@ -647,7 +647,9 @@ def test_consolidated_metadata(store: SQLiteStore, path: Path) -> None:
 def test_resize_and_append(store: SQLiteStore, path: Path) -> None:
     rng = np.random.default_rng(3)
     expected = rng.integers(0, 1000, size=(20, 30), dtype="int64")
-    arr = zarr.create_array(store, name="r", shape=(20, 30), dtype="int64", chunks=(8, 8), fill_value=0)
+    arr = zarr.create_array(
+        store, name="r", shape=(20, 30), dtype="int64", chunks=(8, 8), fill_value=0
+    )
     arr[:] = expected
 
     # grow: the new area reads as the fill value
@@ -717,7 +719,10 @@ def test_overwrite_with_mode_w(store: SQLiteStore, path: Path) -> None:
     assert keys(store, "g/") == ["g/zarr.json"]
 
     # create_array(overwrite=True) with another shape: no chunk of the old array survives
-    zarr.create_array(store, name="ab", shape=(1,), dtype="uint16", chunks=(1,), overwrite=True)[:] = 7
+    ab = zarr.create_array(
+        store, name="ab", shape=(1,), dtype="uint16", chunks=(1,), overwrite=True
+    )
+    ab[:] = 7
     assert keys(store, "ab/") == ["ab/c/0", "ab/zarr.json"]
 
     # mode="w" at the root: only the new root document is left
@@ -739,7 +744,8 @@ def test_overwrite_with_mode_w(store: SQLiteStore, path: Path) -> None:
 
 def test_delete_arrays_and_groups(store: SQLiteStore, path: Path) -> None:
     root = zarr.open_group(store, mode="w")
-    data = {name: np.full((4, 4), i, dtype="uint8") for i, name in enumerate(["x", "x2", "x.y", "xg/arr"])}
+    names = ["x", "x2", "x.y", "xg/arr"]
+    data = {name: np.full((4, 4), i, dtype="uint8") for i, name in enumerate(names)}
     for name, d in data.items():
         root.create_array(name, shape=d.shape, dtype=d.dtype, chunks=(2, 2))[:] = d
     sub = root.create_group("grp")
@@ -844,6 +850,15 @@ def test_open_read_only_after_close_leaves_file_unchanged(store: SQLiteStore, pa
     assert sorted(os.listdir(path.parent)) == [path.name]
 
 
+def test_mode_r_on_missing_file_creates_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.zarrdb"
+    with pytest.raises(FileNotFoundError):
+        zarr.open(SQLiteStore(missing, read_only=True), mode="r")
+    with pytest.raises(FileNotFoundError):
+        zarr.open_group(SQLiteStore(missing), mode="r")
+    assert os.listdir(tmp_path) == []
+
+
 def test_read_only_store_alongside_open_writer(store: SQLiteStore, path: Path) -> None:
     """A read-only store opened while the writer is open sees every committed write."""
     data = _write_sample(store)
@@ -904,7 +919,9 @@ async def test_transaction_with_zarr_async_api(path: Path) -> None:
 
     store = SQLiteStore(path)
     try:
-        arr = await create_array(store, name="a", shape=(20,), chunks=(4,), dtype="int32", fill_value=0)
+        arr = await create_array(
+            store, name="a", shape=(20,), chunks=(4,), dtype="int32", fill_value=0
+        )
         data = np.arange(20, dtype="int32")
         async with store.transaction():
             await arr.setitem(slice(None), data)
@@ -932,16 +949,33 @@ _TRANSACTION_SCRIPT = textwrap.dedent(
     from zarrdb import SQLiteStore
 
     store = SQLiteStore(sys.argv[1])
+    other = SQLiteStore(sys.argv[1], read_only=True)  # another connection to the file
     arr = zarr.open_array(store, path="a")
+    seen = zarr.open_array(other, path="a", mode="r")
     with store.transaction():
         arr[:] = np.arange(20, dtype="int32")
         assert (arr[:] == np.arange(20)).all()  # reads inside see the block's writes
+        assert (seen[:] == 0).all()  # other connections do not, until the commit
+    assert (seen[:] == np.arange(20)).all()
     try:
         with store.transaction():
             arr[0:10] = -1
             raise RuntimeError("roll back")
     except RuntimeError:
         pass
+    assert (arr[:] == np.arange(20)).all()
+    if sys.argv[2] != "-":  # the same through zarr's synchronous codec pipeline
+        with zarr.config.set({"codec_pipeline.path": sys.argv[2]}):
+            fused = zarr.open_array(store, path="a")
+        try:
+            with store.transaction():
+                fused[:] = 5
+                assert (fused[:] == 5).all()
+                raise RuntimeError("roll back")
+        except RuntimeError:
+            pass
+        assert (fused[:] == np.arange(20)).all()
+    other.close()
     store.close()
     print("done")
     """
@@ -957,7 +991,13 @@ def test_transaction_with_zarr_sync_api(path: Path) -> None:
     store.close()
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", _TRANSACTION_SCRIPT, str(path)],
+            [
+                sys.executable,
+                "-c",
+                _TRANSACTION_SCRIPT,
+                str(path),
+                FUSED_PIPELINE if HAS_FUSED_PIPELINE else "-",
+            ],
             capture_output=True,
             text=True,
             timeout=20,
@@ -1039,7 +1079,9 @@ def test_fused_codec_pipeline_round_trip(
 
 
 @pytest.mark.parametrize("pipeline", _pipelines())
-def test_threads_write_disjoint_regions(pipeline: str | None, store: SQLiteStore, path: Path) -> None:
+def test_threads_write_disjoint_regions(
+    pipeline: str | None, store: SQLiteStore, path: Path
+) -> None:
     """4 threads write disjoint, chunk-aligned row blocks of one array through one store.
     (With the fused pipeline the store calls run on worker threads at the same time, not only
     on zarr's event-loop thread.)"""
@@ -1117,7 +1159,10 @@ def test_threads_each_with_own_event_loop(store: SQLiteStore) -> None:
 
     async def writes(i: int) -> None:
         await asyncio.gather(
-            *(store.set(f"l{i}/k{k}", cpu.Buffer.from_bytes(bytes([i, k % 256]) * 50)) for k in range(n_keys))
+            *(
+                store.set(f"l{i}/k{k}", cpu.Buffer.from_bytes(bytes([i, k % 256]) * 50))
+                for k in range(n_keys)
+            )
         )
         got = await store.get_partial_values(
             default_buffer_prototype(), [(f"l{i}/k{k}", None) for k in range(n_keys)]
@@ -1139,7 +1184,9 @@ def test_threads_each_with_own_event_loop(store: SQLiteStore) -> None:
 # --- processes -----------------------------------------------------------------------------------
 
 
-def test_spawned_child_reads_and_writes_through_pickled_store(store: SQLiteStore, path: Path) -> None:
+def test_spawned_child_reads_and_writes_through_pickled_store(
+    store: SQLiteStore, path: Path
+) -> None:
     rng = np.random.default_rng(6)
     data = rng.standard_normal((64, 48)).astype("float32")
     arr = zarr.create_array(store, name="p", shape=data.shape, dtype=data.dtype, chunks=(16, 16))
