@@ -8,8 +8,7 @@ tmp_path_factory, never in the repository.
 Nothing here needs pytest-benchmark; the benchmark modules skip themselves without it.
 
 Environment (for experiments; the defaults are what the targets are judged on):
-    ZARRDB_BENCH_PAGE_SIZE   page size of every file (default 65536, as SQLiteStore creates them;
-                             the files also get auto_vacuum=INCREMENTAL like SQLiteStore's)
+    ZARRDB_BENCH_PAGE_SIZE   page size of every file (default 65536, as SQLiteStore creates them)
     ZARRDB_BENCH_MMAP        mmap_size of every connection, both engines (default 268435456,
                              SQLiteStore's default for read connections; 0 disables)
     ZARRDB_BENCH_ROUNDS      multiplies the number of rounds of each benchmark (default 1.0)
@@ -71,7 +70,6 @@ def open_stdlib(path: Path | str, *, check_same_thread: bool = True) -> sqlite3.
     """One connection in autocommit mode (transactions are explicit BEGIN .. COMMIT)."""
     con = sqlite3.connect(path, isolation_level=None, check_same_thread=check_same_thread)
     con.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # new files only, as for zarrdb
-    con.execute("PRAGMA auto_vacuum = INCREMENTAL")  # new files only, as SQLiteStore does
     con.execute(f"PRAGMA mmap_size = {MMAP_SIZE}")
     mode = con.execute(f"PRAGMA journal_mode = {JOURNAL_MODE}").fetchone()[0]
     assert mode == JOURNAL_MODE, mode

@@ -241,7 +241,6 @@ def test_set_many(benchmark, tmp_path, set_many_pairs, engine, block):
         path = tmp_path / f"round{state['round']}.zarrdb"
         if engine == "zarrdb":
             db = open_zarrdb(path)
-            db.pragma("auto_vacuum", "incremental")
             db.executescript(SCHEMA)
         else:
             db = open_stdlib(path)

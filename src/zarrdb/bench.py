@@ -599,7 +599,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--size", type=int, default=4096, help="array edge (size x size float32)")
+    parser.add_argument(
+        "--size", type=int, default=2048, help="array edge (size x size float32; default 2048)"
+    )
     parser.add_argument(
         "--chunks", default="64,512", help="small and large chunk edges, comma-separated"
     )
@@ -608,7 +610,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="comma-separated: zarrdb,local,zip,memory,zarr-sqlite (default: all available)",
     )
-    parser.add_argument("--repeat", type=int, default=3, help="repetitions of each workload")
+    parser.add_argument(
+        "--repeat", type=int, default=2, help="repetitions of each workload (default 2)"
+    )
     parser.add_argument("--json", type=Path, help="write every sample and the environment here")
     parser.add_argument("--plot", type=Path, help="draw the ratios as a bar chart (PNG)")
     parser.add_argument("--dir", type=Path, help="scratch folder (default: a temporary one)")

@@ -5,13 +5,17 @@
 - `ZarrHierarchyStateMachine` drives zarr itself (groups, arrays, indexing, resize, delete_dir,
   `del group[name]`, list_dir) and compares with a MemoryStore model.
 
-Every example gets a new `.zarrdb` file. The machines are subclassed only to add rules that a
+Every example gets a new `.zarrdb` file. Both machines are subclassed to add rules a
 file-backed store needs on top of zarr's: close the store and continue on a new SQLiteStore
 object for the same file (what was committed must still be there), and look at the file
 through a second, read-only SQLiteStore opened alongside the writer (committed writes must be
-visible to other connections, not just to the writer's own).
+visible to other connections, not just to the writer's own). The store machine also drives
+the parts of the Store API zarr's does not: get/get_sync with byte ranges inside the value,
+set_sync/delete_sync, set_if_not_exists, getsize, list_prefix, list_dir, is_empty,
+getsize_prefix and delete_dir on prefixes that include directory names cut short (which must
+not match their longer siblings).
 
-The default run is bounded to stay well under a minute; `-m slow` runs the long variant
+The default run is bounded to stay well under a minute; `-m slow` runs the long variant.
 """
 
 from __future__ import annotations
