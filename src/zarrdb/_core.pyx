@@ -59,6 +59,8 @@ MAX_VALUE_SIZE = _MAX_VALUE
 DEF _NOGIL_COPY = 65536
 # Values at least this long are read with the blob API (no intermediate copy inside SQLite).
 DEF _BLOB_READ_MIN = 65536
+# Not an SQLite code: a listing met a NULL key (a foreign writer broke the schema's rules).
+DEF _NULL_KEY = -77
 
 
 def _library_info():
@@ -186,12 +188,14 @@ cdef bytes _upper_bound(bytes prefix):
     return bytes(b)
 
 
-cdef str _decode_key(const char* data, Py_ssize_t size):
+cdef str _decode_key(const char* data, Py_ssize_t size, str path=None):
     try:
         return PyUnicode_DecodeUTF8(data, size, NULL)
     except UnicodeDecodeError:
+        where = f" in {path!r}" if path else ""
         raise _errors.InvalidKeyError(
-            f"a stored key is not valid UTF-8 text: {data[:size]!r} (written by another program?)"
+            f"a stored key{where} is not valid UTF-8 text: {data[:size]!r} "
+            "(written by another program?); the file breaks the SQLiteStore key rules"
         ) from None
 
 
@@ -226,7 +230,7 @@ cdef int _arena_push(Arena* a, const char* p, Py_ssize_t n) noexcept nogil:
     return 0
 
 
-cdef list _arena_strings(Arena* a, const char* prefix, Py_ssize_t prefix_size):
+cdef list _arena_strings(Arena* a, const char* prefix, Py_ssize_t prefix_size, str path):
     """The entries as str, each with `prefix` put in front."""
     cdef list out = []
     cdef size_t pos = 0
@@ -237,9 +241,9 @@ cdef list _arena_strings(Arena* a, const char* prefix, Py_ssize_t prefix_size):
         pos += sizeof(Py_ssize_t)
         if prefix_size:
             joined = prefix[:prefix_size] + (a.data + pos)[:n]
-            out.append(_decode_key(joined, len(joined)))
+            out.append(_decode_key(joined, len(joined), path))
         else:
-            out.append(_decode_key(a.data + pos, n))
+            out.append(_decode_key(a.data + pos, n, path))
         pos += n
     return out
 
@@ -498,6 +502,24 @@ cdef class Database:
             context = f"{context}: {waited}" if context else waited
         return _errors.sqlite_error(rc, xrc, message, filename=self.path, context=context)
 
+    cdef object _list_error(self, int rc):
+        if rc == SQLITE_NOMEM:
+            return MemoryError()
+        if rc == _NULL_KEY:
+            return _errors.DatabaseCorruptError(
+                f"{self.path!r} has a NULL key in its zarr table; a SQLiteStore file must not "
+                "(written by another program?)",
+                code=SQLITE_CORRUPT, filename=self.path,
+            )
+        return self._error(rc, "cannot list keys")
+
+    cdef object _null_value_error(self, object key):
+        return _errors.DatabaseCorruptError(
+            f"{self.path!r}: the value of {key!r} is NULL; a SQLiteStore file must not hold "
+            "NULL values (written by another program?)",
+            code=SQLITE_CORRUPT, filename=self.path,
+        )
+
     cdef sqlite3_stmt* _stmt(self, Stmt which) except NULL:
         cdef sqlite3_stmt* stmt = self.stmts[<int>which]
         cdef int rc
@@ -740,6 +762,12 @@ cdef class Database:
                 if rc == SQLITE_ROW:
                     rowid = sqlite3_column_int64(locate, 0)
                     size = sqlite3_column_int64(locate, 1)
+                    if sqlite3_column_type(locate, 1) == SQLITE_NULL:
+                        rc = _NULL_KEY
+            if rc == _NULL_KEY:
+                with nogil:
+                    sqlite3_reset(locate)
+                raise self._null_value_error(key)
             if rc != SQLITE_ROW:
                 err = None if rc == SQLITE_DONE else self._error(rc, f"cannot read {key!r}")
                 with nogil:
@@ -887,6 +915,10 @@ cdef class Database:
                             sqlite3_bind_text64(locate, 1, keys[i].data, keys[i].size,
                                                 SQLITE_STATIC, SQLITE_UTF8)
                             rc = sqlite3_step(locate)
+                            if rc == SQLITE_ROW and sqlite3_column_type(locate, 1) == SQLITE_NULL:
+                                rc = _NULL_KEY
+                                failed_at = i
+                                break
                             if rc == SQLITE_ROW:
                                 rowids[i] = sqlite3_column_int64(locate, 0)
                                 size = sqlite3_column_int64(locate, 1)
@@ -910,7 +942,10 @@ cdef class Database:
                                 break
                             sqlite3_reset(locate)
                     if rc != SQLITE_OK:
-                        err = self._error(rc, f"cannot read {reqs[failed_at][0]!r}")
+                        if rc == _NULL_KEY:
+                            err = self._null_value_error(reqs[failed_at][0])
+                        else:
+                            err = self._error(rc, f"cannot read {reqs[failed_at][0]!r}")
                         sqlite3_reset(locate)
                         raise err
                     # The result objects, allocated with the GIL.
@@ -1162,17 +1197,20 @@ cdef class Database:
                     rc = sqlite3_step(stmt)
                     if rc != SQLITE_ROW:
                         break
+                    if sqlite3_column_type(stmt, 0) == SQLITE_NULL:
+                        rc = _NULL_KEY
+                        break
                     text = sqlite3_column_text(stmt, 0)
                     if _arena_push(&arena, <const char*>text, sqlite3_column_bytes(stmt, 0)):
                         rc = SQLITE_NOMEM
                         break
             if rc != SQLITE_DONE:
-                err = self._error(rc, "cannot list keys") if rc != SQLITE_NOMEM else MemoryError()
+                err = self._list_error(rc)
                 sqlite3_reset(stmt)
                 raise err
             with nogil:
                 sqlite3_reset(stmt)
-            return _arena_strings(&arena, NULL, 0)
+            return _arena_strings(&arena, NULL, 0, self.path)
         finally:
             self._leave()
             free(arena.data)
@@ -1209,13 +1247,13 @@ cdef class Database:
         arena.size = arena.cap = 0
         arena.count = 0
         cursor_cap = 256 + 2 * plen
-        cursor = <char*>malloc(cursor_cap)
-        if cursor == NULL:
-            raise MemoryError()
-        memcpy(cursor, <const char*>lower, plen)
-        ncursor = plen
         self._enter()
         try:
+            cursor = <char*>malloc(cursor_cap)
+            if cursor == NULL:
+                raise MemoryError()
+            memcpy(cursor, <const char*>lower, plen)
+            ncursor = plen
             ge = self._stmt(S_SEEK_GE if ranged else S_SEEK_GE_ALL)
             gt = self._stmt(S_SEEK_GT if ranged else S_SEEK_GT_ALL)
             with nogil:
@@ -1226,6 +1264,9 @@ cdef class Database:
                         sqlite3_bind_text64(stmt, 2, hi, nhi, SQLITE_STATIC, SQLITE_UTF8)
                     rc = sqlite3_step(stmt)
                     if rc != SQLITE_ROW:
+                        break
+                    if sqlite3_column_type(stmt, 0) == SQLITE_NULL:
+                        rc = _NULL_KEY
                         break
                     k = <const char*>sqlite3_column_text(stmt, 0)
                     n = sqlite3_column_bytes(stmt, 0)
@@ -1254,12 +1295,12 @@ cdef class Database:
                         cursor[ncursor - 1] = b'0'  # '/' + 1
                     sqlite3_reset(stmt)
             if rc != SQLITE_DONE:
-                err = self._error(rc, "cannot list") if rc != SQLITE_NOMEM else MemoryError()
+                err = self._list_error(rc)
                 sqlite3_reset(stmt)
                 raise err
             with nogil:
                 sqlite3_reset(stmt)
-            return _arena_strings(&arena, NULL, 0)
+            return _arena_strings(&arena, NULL, 0, self.path)
         finally:
             self._leave()
             free(arena.data)
@@ -1559,7 +1600,7 @@ cdef class Database:
                             row.append(sqlite3_column_double(stmt, i))
                         elif ctype == SQLITE_TEXT:
                             text = sqlite3_column_text(stmt, i)
-                            row.append(_decode_key(<const char*>text, sqlite3_column_bytes(stmt, i)))
+                            row.append(_decode_key(<const char*>text, sqlite3_column_bytes(stmt, i), self.path))
                         else:
                             blob = sqlite3_column_blob(stmt, i)
                             row.append((<const char*>blob)[:sqlite3_column_bytes(stmt, i)]

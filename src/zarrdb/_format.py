@@ -130,8 +130,13 @@ def read_facts(db) -> FileFacts:
     )
     facts = FileFacts(application_id & 0xFFFFFFFF, tables)
     if METADATA_TABLE in tables:
+        # Read as bytes and decode leniently: an informational record (created_by) in another
+        # encoding must not make the file unreadable. NULLs count as missing records.
+        rows = db.execute(f"SELECT CAST(k AS BLOB), CAST(v AS BLOB) FROM {METADATA_TABLE}")
         facts.metadata = {
-            str(k): str(v) for k, v in db.execute(f"SELECT k, v FROM {METADATA_TABLE}")
+            k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
+            for k, v in rows
+            if k is not None and v is not None
         }
     return facts
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import signal
+import threading
 import importlib
 import importlib.util
 import json
@@ -214,6 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     prog = f"zarrdb {args.command}"
     previous = warnings.showwarning
     warnings.showwarning = _warning_line
+    _terminate_as_interrupt()
     try:
         return int(args._run(args) or 0)
     except BadInput as exc:
@@ -240,6 +243,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERNAL
     finally:
         warnings.showwarning = previous
+
+
+def _terminate_as_interrupt() -> None:
+    """SIGTERM (kill, a scheduler ending the job) unwinds like Ctrl-C, so `copy` and
+    `snapshot` remove their unfinished output on either."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        signal.signal(signal.SIGTERM, interrupt)
 
 
 def _one_line(text: str) -> str:

@@ -17,7 +17,9 @@ import atexit
 import contextlib
 import os
 import threading
+import warnings
 import weakref
+from contextvars import ContextVar
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -89,6 +91,13 @@ def _byte_range(byte_range: ByteRequest | None) -> tuple[int, int | None]:
     raise ValueError(f"Unexpected byte_range, got {byte_range}.")
 
 
+# The explicit transaction the current context belongs to. zarr's synchronous API runs its
+# coroutines on its own event-loop thread with a copy of the caller's context (and
+# asyncio.to_thread copies it again), so the work zarr does for the thread that opened a
+# transaction carries this mark, while work zarr does for other threads does not.
+_TRANSACTION: ContextVar[object | None] = ContextVar("zarrdb_transaction", default=None)
+
+
 class _Submission:
     """Writes from one caller, committed together; the caller waits on it."""
 
@@ -139,7 +148,7 @@ class _Connections:
         self.flush_scheduled = False
         self.flush_running = False
         self.transaction_depth = 0
-        self.transaction_threads: set[int] = set()
+        self.transaction_token: object | None = None
         self.transaction_done = threading.Condition(self.write_lock)
 
     # --- opening --------------------------------------------------------------------------
@@ -241,12 +250,15 @@ class _Connections:
         return db
 
     def in_transaction(self) -> bool:
-        """True if the calling thread takes part in the open explicit transaction: the thread
-        that opened it, or zarr's own event-loop and codec threads working for it."""
+        """True if the caller takes part in the open explicit transaction: the code inside the
+        block and zarr's work for it (marked through the context), or zarr's codec thread pool,
+        which does not carry the context along."""
         if not self.transaction_depth:
             return False
-        tid = threading.get_ident()
-        return tid in self.transaction_threads or tid in _zarr_worker_threads()
+        token = _TRANSACTION.get()
+        if token is not None and token is self.transaction_token:
+            return True
+        return threading.get_ident() in _zarr_pool_threads()
 
     def wait_for_transaction(self) -> None:
         """Block while an explicit transaction this thread takes no part in is open."""
@@ -446,6 +458,16 @@ class _Connections:
                     # Another connection still has the file open; the last one to close
                     # checkpoints it.
                     pass
+                except errors.ZarrDBError as exc:
+                    warnings.warn(
+                        f"{self.store_path!r} stays in WAL mode: closing could not copy the "
+                        f"write-ahead log into the file ({exc.__class__.__name__}: "
+                        f"{getattr(exc, 'sqlite_message', exc)}). Every committed write is safe "
+                        "in the -wal file beside it; open and close the store again once the "
+                        "problem (e.g. a full disk) is solved to get one file.",
+                        UserWarning,
+                        stacklevel=3,
+                    )
                 finally:
                     writer.close()
 
@@ -453,10 +475,10 @@ class _Connections:
 class _TransactionContext:
     """`with store.transaction():` and `async with store.transaction():`.
 
-    The thread that opens the block takes part in it, and so do zarr's own event-loop and codec
-    threads (zarr's synchronous API does its writes there): their writes join the transaction
-    and their reads see it. Other threads' writes wait for the block to end; their reads see
-    committed data only. The writer lock is held around each use of the connection, never for
+    The code inside the block takes part in it, and so does the work zarr does for it on its own
+    event-loop and codec threads (zarr's synchronous API writes from there): those writes join
+    the transaction and those reads see it. Other threads' writes wait for the block to end;
+    their reads see committed data only. The writer lock is held around each use of the connection, never for
     the whole block. A nested block is a savepoint: if it raises, its writes are undone."""
 
     def __init__(self, store: SQLiteStore) -> None:
@@ -471,10 +493,10 @@ class _TransactionContext:
             if conns.transaction_depth == 0:
                 while conns.pending:
                     conns.commit(conns.take_batch())
-                conns.transaction_threads = {threading.get_ident()}
+                conns.transaction_token = object()
             inner = conns.writer.transaction()  # type: ignore[union-attr]
             inner.__enter__()  # BEGIN IMMEDIATE, or a savepoint when nested
-            self.inner.append(inner)
+            self.inner.append((inner, _TRANSACTION.set(conns.transaction_token)))
             conns.transaction_depth += 1
         return self.store
 
@@ -482,7 +504,8 @@ class _TransactionContext:
         conns = self.store._conns
         assert conns is not None and conns.writer is not None
         with conns.write_lock:
-            inner = self.inner.pop()
+            inner, mark = self.inner.pop()
+            _TRANSACTION.reset(mark)
             try:
                 if exc_type is None and conns.transaction_depth == 1:
                     try:
@@ -494,7 +517,7 @@ class _TransactionContext:
             finally:
                 conns.transaction_depth -= 1
                 if conns.transaction_depth == 0:
-                    conns.transaction_threads = set()
+                    conns.transaction_token = None
                     conns.transaction_done.notify_all()
         conns.commit_pending()  # writes of other threads that waited for the end
 
@@ -834,10 +857,11 @@ class SQLiteStore(Store):
                 size = value.nbytes
                 if size > _format.MAX_VALUE_SIZE:
                     raise errors.ValueTooLargeError(
-                        f"the value for {key!r} has {size:,} bytes, over the limit of "
-                        f"{_format.MAX_VALUE_SIZE:,} bytes of a SQLiteStore file; nothing was "
-                        "written (use smaller chunks or shards)",
+                        f"{self.path!r}: the value for {key!r} has {size:,} bytes, over the "
+                        f"limit of {_format.MAX_VALUE_SIZE:,} bytes of a SQLiteStore file; "
+                        "nothing was written (use smaller chunks or shards)",
                         code=18,
+                        filename=self.path,
                     )
                 nbytes += size
             nbytes += len(key)
@@ -911,31 +935,17 @@ class SQLiteStore(Store):
             return not db.has_prefix(_format.dir_prefix(prefix))
 
 
-def _zarr_worker_threads() -> set[int]:
-    """Thread ids of zarr's own event-loop thread and codec thread pool (if started)."""
-    ids: set[int] = set()
-    try:
-        from zarr.core import sync as zarr_sync
-
-        thread = zarr_sync.iothread[0]
-        if thread is not None and thread.ident is not None:
-            ids.add(thread.ident)
-        # zarr's loop hands blocking work (e.g. the fused pipeline's write_sync) to its
-        # default executor.
-        executor = getattr(zarr_sync.loop[0], "_default_executor", None)
-        if executor is not None:
-            ids.update(t.ident for t in list(executor._threads) if t.ident is not None)
-    except (ImportError, AttributeError, IndexError):
-        pass
+def _zarr_pool_threads() -> set[int]:
+    """Thread ids of zarr's codec thread pool (zarr 3.2+, if started). Its tasks do not carry
+    the caller's context; they only ever work for zarr calls made on zarr's behalf."""
     try:
         from zarr.core import codec_pipeline
-
-        pool = getattr(codec_pipeline, "_pool", None)
-        if pool is not None:
-            ids.update(t.ident for t in list(pool._threads) if t.ident is not None)
-    except (ImportError, AttributeError):
-        pass
-    return ids
+    except ImportError:
+        return set()
+    pool = getattr(codec_pipeline, "_pool", None)
+    if pool is None:
+        return set()
+    return {t.ident for t in list(getattr(pool, "_threads", ())) if t.ident is not None}
 
 
 # Stores still open at interpreter exit are closed, so their files are left in DELETE mode.
