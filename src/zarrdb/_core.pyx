@@ -632,8 +632,9 @@ cdef class Database:
             PyBuffer_Release(&view)
         return changed
 
-    cdef int64_t _scalar_range(self, Stmt all_stmt, Stmt range_stmt, str prefix) except -2:
-        """Run an aggregate over the keys that start with `prefix`; returns column 0."""
+    cdef int64_t _scalar_range(self, Stmt all_stmt, Stmt range_stmt, object prefix) except -2:
+        """Run an aggregate (or a DELETE) over the keys that start with `prefix`; returns
+        column 0 (or the rows deleted)."""
         cdef bytes lower = _prefix_bytes(prefix)
         cdef bytes upper = _upper_bound(lower) if lower else None
         cdef sqlite3_stmt* stmt
@@ -649,25 +650,29 @@ cdef class Database:
             nhi = len(upper)
         if ranged and upper is None:
             raise _errors.InvalidKeyError(f"invalid prefix {prefix!r}")
-        stmt = self._stmt(range_stmt if ranged else all_stmt)
-        with nogil:
-            if ranged:
-                sqlite3_bind_text64(stmt, 1, lo, nlo, SQLITE_STATIC, SQLITE_UTF8)
-                sqlite3_bind_text64(stmt, 2, hi, nhi, SQLITE_STATIC, SQLITE_UTF8)
-            rc = sqlite3_step(stmt)
-            if rc == SQLITE_ROW:
-                result = sqlite3_column_int64(stmt, 0)
-                rc = SQLITE_DONE
-            elif rc == SQLITE_DONE:
-                # a DELETE: report how many rows went
-                result = sqlite3_changes(self.db)
-        if rc != SQLITE_DONE:
-            err = self._error(rc)
-            sqlite3_reset(stmt)
-            raise err
-        with nogil:
-            sqlite3_reset(stmt)
-        return result
+        self._enter()
+        try:
+            stmt = self._stmt(range_stmt if ranged else all_stmt)
+            with nogil:
+                if ranged:
+                    sqlite3_bind_text64(stmt, 1, lo, nlo, SQLITE_STATIC, SQLITE_UTF8)
+                    sqlite3_bind_text64(stmt, 2, hi, nhi, SQLITE_STATIC, SQLITE_UTF8)
+                rc = sqlite3_step(stmt)
+                if rc == SQLITE_ROW:
+                    result = sqlite3_column_int64(stmt, 0)
+                    rc = SQLITE_DONE
+                elif rc == SQLITE_DONE:
+                    # a DELETE: report how many rows went
+                    result = sqlite3_changes(self.db)
+            if rc != SQLITE_DONE:
+                err = self._error(rc)
+                sqlite3_reset(stmt)
+                raise err
+            with nogil:
+                sqlite3_reset(stmt)
+            return result
+        finally:
+            self._leave()
 
     # --- life cycle ---------------------------------------------------------------------
 
@@ -1153,11 +1158,7 @@ cdef class Database:
 
     def delete_prefix(self, prefix):
         """Delete every key that starts with `prefix` ("" deletes all); returns the count."""
-        self._enter()
-        try:
-            return self._scalar_range(S_DELETE_ALL, S_DELETE_RANGE, prefix)
-        finally:
-            self._leave()
+        return self._scalar_range(S_DELETE_ALL, S_DELETE_RANGE, prefix)
 
     # --- listings -----------------------------------------------------------------------
 
@@ -1369,19 +1370,11 @@ cdef class Database:
 
     def size_prefix(self, prefix):
         """The total length in bytes of the values whose keys start with `prefix`."""
-        self._enter()
-        try:
-            return self._scalar_range(S_SIZE_ALL, S_SIZE_RANGE, prefix)
-        finally:
-            self._leave()
+        return self._scalar_range(S_SIZE_ALL, S_SIZE_RANGE, prefix)
 
     def count_prefix(self, prefix):
         """How many keys start with `prefix`."""
-        self._enter()
-        try:
-            return self._scalar_range(S_COUNT_ALL, S_COUNT_RANGE, prefix)
-        finally:
-            self._leave()
+        return self._scalar_range(S_COUNT_ALL, S_COUNT_RANGE, prefix)
 
     # --- transactions ---------------------------------------------------------------------
 
