@@ -66,3 +66,22 @@ class TestSQLiteStore(StoreTests[SQLiteStore, cpu.Buffer]):
 
 def _create(path):
     SQLiteStore(path)._open_sync()
+
+
+def test_rollback_journal_option(tmp_path):
+    """journal="delete" (for bulk loads) stores and reads the same, and leaves one file."""
+    import numpy as np
+    import zarr
+
+    path = tmp_path / "bulk.zarrdb"
+    data = np.arange(64 * 64, dtype="f4").reshape(64, 64)
+    with SQLiteStore(path, journal="delete") as store:
+        arr = zarr.create_array(store, shape=data.shape, chunks=(16, 16), dtype="f4")
+        arr[:] = data
+        con_mode = store.file_info()["journal_mode"]
+    assert con_mode == "delete"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bulk.zarrdb"]
+    with SQLiteStore(path, read_only=True) as store:
+        np.testing.assert_array_equal(zarr.open_array(store, mode="r")[:], data)
+    with pytest.raises(ValueError, match="journal"):
+        SQLiteStore(path, journal="memory")
