@@ -645,9 +645,13 @@ def _info_run(args: argparse.Namespace) -> int:
         ]
         for name, value in lines:
             print(f"  {name:<14}{value}")
+    _warn_problems(problems)
+    return EXIT_OK
+
+
+def _warn_problems(problems: Sequence[str]) -> None:
     for problem in problems:
         print(f"zarrdb: warning: {problem} ('zarrdb check' lists every problem)", file=sys.stderr)
-    return EXIT_OK
 
 
 # --- zarrdb tree ---------------------------------------------------------------------------------
@@ -715,8 +719,7 @@ def _tree_run(args: argparse.Namespace) -> int:
 
     draw(top, "")
     print("\n".join(lines))
-    for problem in problems:
-        print(f"zarrdb: warning: {problem} ('zarrdb check' lists every problem)", file=sys.stderr)
+    _warn_problems(problems)
     return EXIT_OK
 
 

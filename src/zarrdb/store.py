@@ -41,7 +41,8 @@ if TYPE_CHECKING:
 __all__ = ["SQLiteStore"]
 
 Durability = Literal["full", "normal", "off"]
-_SYNCHRONOUS = {"full": "full", "normal": "normal", "off": "off"}
+# Each durability level is SQLite's synchronous setting of the same name.
+_DURABILITY_LEVELS = ("full", "normal", "off")
 
 # A read of at most this many bytes runs on the event loop's thread; a longer one is handed to
 # a worker thread so the loop is not stalled (benchmarks/test_tunables.py measures the cost of
@@ -187,7 +188,7 @@ class _Connections:
             mode="c",
             busy_timeout=opts["busy_timeout"],
             cache_size=opts["cache_size"],
-            synchronous=_SYNCHRONOUS[opts["durability"]],
+            synchronous=opts["durability"],
         )
         try:
             facts = _format.read_facts(db)
@@ -584,7 +585,7 @@ class SQLiteStore(Store):
         journal: Literal["wal", "delete"] = "wal",
     ) -> None:
         super().__init__(read_only=read_only or immutable)
-        if durability not in _SYNCHRONOUS:
+        if durability not in _DURABILITY_LEVELS:
             raise ValueError(f"durability must be 'full', 'normal' or 'off', not {durability!r}")
         if journal not in ("wal", "delete"):
             raise ValueError(f"journal must be 'wal' or 'delete', not {journal!r}")
