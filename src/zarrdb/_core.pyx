@@ -89,6 +89,7 @@ cdef enum Stmt:
     S_GET
     S_LOCATE
     S_GET_ROWID
+    S_READ
     S_EXISTS
     S_LENGTH
     S_SET
@@ -119,6 +120,11 @@ cdef const char* _SQL[<int>S_COUNT]
 _SQL[<int>S_GET] = b"SELECT v FROM zarr WHERE k = ?1"
 _SQL[<int>S_LOCATE] = b"SELECT rowid, length(v) FROM zarr WHERE k = ?1"
 _SQL[<int>S_GET_ROWID] = b"SELECT v FROM zarr WHERE rowid = ?1"
+# One lookup for `get`: the value itself only when it is at most ?2 bytes long (length() of a
+# column reads the record header, not the value); longer ones are read with the blob API.
+_SQL[<int>S_READ] = (
+    b"SELECT rowid, length(v), CASE WHEN length(v) <= ?2 THEN v END FROM zarr WHERE k = ?1"
+)
 _SQL[<int>S_EXISTS] = b"SELECT 1 FROM zarr WHERE k = ?1"
 _SQL[<int>S_LENGTH] = b"SELECT length(v) FROM zarr WHERE k = ?1"
 _SQL[<int>S_SET] = (
@@ -365,11 +371,13 @@ cdef class Database:
     cdef readonly str path
     cdef readonly bint readonly
     cdef double _busy_timeout
+    cdef Py_ssize_t _size_guess
 
     def __cinit__(self):
         self.db = NULL
         self.busy = 0
         self._depth = 0
+        self._size_guess = 0
         for i in range(<int>S_COUNT):
             self.stmts[i] = NULL
 
@@ -743,76 +751,83 @@ cdef class Database:
         return self._read(key, limit)
 
     cdef object _read(self, object key, int64_t limit):
-        """Find the row and the value's length first (the length comes from the row header),
-        then copy the value once into the result: small values from the row, large ones
-        with the blob API, which reads overflow pages straight into the result."""
+        """One statement finds the row: it gives the value's length (from the record header)
+        and, when the value is small, the value itself, which is copied once into the result.
+        Large values are copied with the blob API, which reads overflow pages straight into
+        the result. The result is allocated before the lookup at the size of the previous
+        value (zarr's chunks are nearly all one size), so a hit releases the GIL once."""
         cdef Key k
-        cdef sqlite3_stmt* locate
-        cdef sqlite3_stmt* fetch
+        cdef sqlite3_stmt* stmt
         cdef sqlite3_blob* blob = NULL
         cdef int rc
+        cdef int inline = 0
+        cdef int copied = 0
         cdef int64_t rowid = 0
         cdef int64_t size = 0
+        cdef int64_t inline_max = limit if limit < _BLOB_READ_MIN - 1 else _BLOB_READ_MIN - 1
+        cdef Py_ssize_t n = 0
+        cdef Py_ssize_t guess = self._size_guess
         cdef const void* src = NULL
-        cdef char* dst
-        cdef bytes out
+        cdef char* dst = NULL
+        cdef object out = None
         _key(key, &k)
         self._enter()
         try:
-            locate = self._stmt(S_LOCATE)
-            fetch = self._stmt(S_GET_ROWID)
+            stmt = self._stmt(S_READ)
+            if guess > 0:
+                out = PyBytes_FromStringAndSize(NULL, guess)
+                dst = PyBytes_AS_STRING(out)
             with nogil:
-                sqlite3_bind_text64(locate, 1, k.data, k.size, SQLITE_STATIC, SQLITE_UTF8)
-                rc = sqlite3_step(locate)
+                sqlite3_bind_text64(stmt, 1, k.data, k.size, SQLITE_STATIC, SQLITE_UTF8)
+                sqlite3_bind_int64(stmt, 2, inline_max)
+                rc = sqlite3_step(stmt)
                 if rc == SQLITE_ROW:
-                    rowid = sqlite3_column_int64(locate, 0)
-                    size = sqlite3_column_int64(locate, 1)
-                    if sqlite3_column_type(locate, 1) == SQLITE_NULL:
+                    rowid = sqlite3_column_int64(stmt, 0)
+                    size = sqlite3_column_int64(stmt, 1)
+                    if sqlite3_column_type(stmt, 1) == SQLITE_NULL:
                         rc = _NULL_KEY
+                    elif sqlite3_column_type(stmt, 2) != SQLITE_NULL:
+                        inline = 1
+                        src = sqlite3_column_blob(stmt, 2)
+                        n = sqlite3_column_bytes(stmt, 2)
+                        if n == guess and dst != NULL:
+                            memcpy(dst, src, n)
+                            copied = 1
+                if rc != SQLITE_ROW or copied or size > limit:
+                    sqlite3_reset(stmt)
+            if copied:
+                return out
             if rc == _NULL_KEY:
-                with nogil:
-                    sqlite3_reset(locate)
                 raise self._null_value_error(key)
             if rc != SQLITE_ROW:
-                err = None if rc == SQLITE_DONE else self._error(rc, f"cannot read {key!r}")
-                with nogil:
-                    sqlite3_reset(locate)
-                if err is not None:
-                    raise err
-                return None
+                if rc == SQLITE_DONE:
+                    return None
+                raise self._error(rc, f"cannot read {key!r}")
             if size > limit:
-                with nogil:
-                    sqlite3_reset(locate)
                 return size
+            # The statement is not reset yet: its read transaction keeps `src` and `rowid` valid.
             try:
-                out = PyBytes_FromStringAndSize(NULL, size)
+                out = PyBytes_FromStringAndSize(NULL, n if inline else size)
             except BaseException:
-                sqlite3_reset(locate)
+                sqlite3_reset(stmt)
                 raise
             dst = PyBytes_AS_STRING(out)
-            # `locate` is not reset yet: its read transaction keeps `rowid` valid meanwhile.
+            if inline:
+                self._size_guess = n
+                with nogil:
+                    if n > 0:
+                        memcpy(dst, src, n)
+                    sqlite3_reset(stmt)
+                return out
             with nogil:
-                if size >= _BLOB_READ_MIN:
-                    rc = sqlite3_blob_open(self.db, "main", "zarr", "v", rowid, 0, &blob)
-                    if rc == SQLITE_OK:
-                        rc = sqlite3_blob_read(blob, dst, <int>size, 0)
-                else:
-                    sqlite3_bind_int64(fetch, 1, rowid)
-                    rc = sqlite3_step(fetch)
-                    if rc == SQLITE_ROW:
-                        src = sqlite3_column_blob(fetch, 0)
-                        if size > 0 and src != NULL:
-                            memcpy(dst, src, size)
-                        rc = SQLITE_OK
-            if rc != SQLITE_OK:
-                err = self._error(rc, f"cannot read {key!r}")
-            else:
-                err = None
+                rc = sqlite3_blob_open(self.db, "main", "zarr", "v", rowid, 0, &blob)
+                if rc == SQLITE_OK:
+                    rc = sqlite3_blob_read(blob, dst, <int>size, 0)
+            err = None if rc == SQLITE_OK else self._error(rc, f"cannot read {key!r}")
             with nogil:
                 if blob != NULL:
                     sqlite3_blob_close(blob)
-                sqlite3_reset(fetch)
-                sqlite3_reset(locate)
+                sqlite3_reset(stmt)
             if err is not None:
                 raise err
             return out

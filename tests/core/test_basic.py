@@ -333,6 +333,24 @@ def test_set_get_roundtrip(any_db):
     assert any_db.length("a/b/c") == 9
 
 
+def test_get_of_values_of_changing_sizes(any_db):
+    """get() prepares its result at the size of the previous value read; every other size,
+    below, above, empty, and long enough for the blob API, still reads back exactly."""
+    sizes = [16384, 16384, 16383, 16385, 0, 1, 65534, 65535, 65536, 200_000, 16384, 0, 0, 7]
+    values = {f"v/{i}": bytes((i * 7 + j) % 251 for j in range(n)) for i, n in enumerate(sizes)}
+    for key, value in values.items():
+        any_db.set(key, value)
+    for _ in range(2):
+        for key, value in values.items():
+            got = any_db.get(key)
+            assert type(got) is bytes
+            assert got == value
+    assert any_db.get("v/missing") is None
+    assert any_db.get_limited("v/9", 65536) == 200_000
+    assert any_db.get_limited("v/0", 16384) == values["v/0"]
+    assert any_db.get_limited("v/0", 16383) == 16384
+
+
 def test_set_replaces(any_db):
     any_db.set("k", b"first value, long")
     any_db.set("k", b"2nd")
