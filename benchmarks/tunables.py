@@ -527,6 +527,8 @@ def section_commit(root: Path, scale: Scale, reps: int) -> dict[str, Any]:
 # --- inline read threshold (store) ------------------------------------------------------------
 
 INLINE_SIZES = [1 * KIB, 4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, 1 * MIB, 4 * MIB]
+# Chunk sizes of the zarr full-array reads (smaller chunks make too many for a quick run).
+ZARR_READ_SIZES = [64 * KIB, 256 * KIB, 1 * MIB, 4 * MIB]
 
 
 async def _get_latencies(store: SQLiteStore, keys: list[str], calls: int) -> tuple[float, float]:
@@ -561,8 +563,23 @@ def section_inline(root: Path, scale: Scale, reps: int) -> dict[str, Any]:
         for key, value in zip(keys[size], random_values(8, size, size), strict=True):
             store.set_sync(key, cpu.Buffer.from_bytes(value))
     store.close()
+    # zarr's own pattern too: `arr[:]` of a whole array gathers `async.concurrency` gets at a
+    # time, of values that are not in the CPU caches, and copies each into the result.
+    import zarr
+
+    zarr_path = fresh(root / "inline-zarr.zarrdb")
+    n_floats = scale.zarr_mib * MIB // 4
+    data = np.random.default_rng(0).random(n_floats, dtype=np.float32)
+    with SQLiteStore(zarr_path) as writer:
+        for size in ZARR_READ_SIZES:
+            arr = zarr.create_array(
+                writer, name=f"s{size}", shape=data.shape, dtype=data.dtype,
+                chunks=(size // 4,), compressors=None,
+            )  # fmt: skip
+            arr[:] = data
     variants = [("inline", 1 << 62), ("to_thread", 0)]
     results: dict[tuple, list[tuple[float, float]]] = {}
+    zarr_reads: dict[tuple, list[float]] = {}
     for _, (label, limit) in round_robin(variants, reps):
         reader = SQLiteStore(path, read_only=True)
         try:
@@ -576,7 +593,16 @@ def section_inline(root: Path, scale: Scale, reps: int) -> dict[str, Any]:
                     )
         finally:
             reader.close()
+        with patched(INLINE_READ_MAX=limit):
+            for size in ZARR_READ_SIZES:
+                # A new store each time: its connection maps the file afresh, as a new reader's.
+                with SQLiteStore(zarr_path, read_only=True) as reader:
+                    arr = zarr.open_array(reader, path=f"s{size}", mode="r")
+                    t0 = time.perf_counter()
+                    arr[:]
+                    zarr_reads.setdefault((label, size), []).append(time.perf_counter() - t0)
     fresh(path)
+    fresh(zarr_path)
     rows = []
     for size in INLINE_SIZES:
         inline = (
@@ -595,12 +621,23 @@ def section_inline(root: Path, scale: Scale, reps: int) -> dict[str, Any]:
                 "hop µs": median(thread[0]) - median(inline[0]),
                 "8 gathered inline µs": median(inline[1]),
                 "8 gathered to_thread µs": median(thread[1]),
+                f"zarr arr[:] of {scale.zarr_mib} MiB inline ms": (
+                    median(zarr_reads[("inline", size)]) * 1e3
+                    if size in ZARR_READ_SIZES
+                    else float("nan")
+                ),
+                "to_thread ms": (
+                    median(zarr_reads[("to_thread", size)]) * 1e3
+                    if size in ZARR_READ_SIZES
+                    else float("nan")
+                ),
             }
         )
     return {
         "rows": rows,
         "note": f"one `await store.get()` at a time (its latency = how long the event "
-        f"loop is blocked when inline), and 8 gathered; median of {reps}; "
+        f"loop is blocked when inline), 8 gathered, and zarr reading a whole 1-D float32 "
+        f"array in chunks of that size through a new store; median of {reps}; "
         f"INLINE_READ_MAX default = {store_default('INLINE_READ_MAX', 0) // KIB} KiB",
     }
 

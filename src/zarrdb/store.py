@@ -45,9 +45,11 @@ Durability = Literal["full", "normal", "off"]
 _DURABILITY_LEVELS = ("full", "normal", "off")
 
 # A read of at most this many bytes runs on the event loop's thread; a longer one is handed to
-# a worker thread so the loop is not stalled (benchmarks/test_tunables.py measures the cost of
-# a thread hop against the copy time).
-INLINE_READ_MAX = 1024 * 1024
+# a worker thread, so the loop is not stalled and the copies of the values zarr gathers run on
+# several cores at once. One call alone is faster inline at every size, but zarr reading a
+# whole array of 1 MiB chunks is faster through threads, and of 256 KiB chunks (64 KiB in 1-D)
+# faster inline (benchmarks/tunables.py, section inline).
+INLINE_READ_MAX = 512 * 1024
 # New files get 64 KiB pages: a large value (a shard) is a chain of 16 times fewer overflow
 # pages, so a byte range deep inside it is reached quickly and partial reads stay flat as shards
 # grow from 1 to 16 MiB; large values also write faster (benchmarks/tunables.py).
