@@ -30,7 +30,8 @@ from zarr.abc.store import (
     Store,
     SuffixByteRequest,
 )
-from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+import numpy as np
+from zarr.core.buffer import Buffer, BufferPrototype, cpu, default_buffer_prototype
 
 from zarrdb import _format, errors
 from zarrdb._core import Database
@@ -66,6 +67,28 @@ INLINE_COMMIT_MAX = 16 * 1024 * 1024
 # The writer never takes more than this many bytes into one group commit (the rest waits for
 # the next one): bounds the transaction and the memory pinned by queued values.
 GROUP_COMMIT_MAX_BYTES = 64 * 1024 * 1024
+
+
+_U8 = np.dtype("B")
+_CPU_BUFFER = cpu.Buffer
+# This process's id, kept current across fork() without a system call per store call.
+_PID = os.getpid()
+
+
+def _forked() -> None:
+    global _PID
+    _PID = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def _as_buffer(prototype: BufferPrototype, data: bytes) -> Buffer:
+    """`data` as the prototype's Buffer; for host buffers a view, without from_bytes' layers."""
+    cls = prototype.buffer
+    if cls is _CPU_BUFFER:
+        return cls(np.frombuffer(data, _U8))
+    return cls.from_bytes(data)
 
 
 def _value_view(value: Buffer) -> Any:
@@ -631,7 +654,7 @@ class SQLiteStore(Store):
 
     def _connections(self) -> _Connections:
         conns = self._conns
-        if conns is None or not self._is_open or conns.pid != os.getpid():
+        if conns is None or conns.pid != _PID or not self._is_open:
             conns = self._open_sync()
         return conns
 
@@ -786,7 +809,7 @@ class SQLiteStore(Store):
                 data = db.get(key)
             else:
                 data = db.get_range(key, start, length)
-        return None if data is None else prototype.buffer.from_bytes(data)
+        return None if data is None else _as_buffer(prototype, data)
 
     async def get(
         self,
@@ -796,20 +819,21 @@ class SQLiteStore(Store):
     ) -> Buffer | None:
         if prototype is None:
             prototype = default_buffer_prototype()
-        start, length = _byte_range(byte_range)
         conns = self._connections()
-        if conns.in_transaction():
+        if conns.transaction_depth and conns.in_transaction():
             return self.get_sync(key, prototype=prototype, byte_range=byte_range)
         db = conns.reader()
         if byte_range is None:
             data = db.get_limited(key, INLINE_READ_MAX)
-            if isinstance(data, int):
+            if type(data) is int:
                 data = await asyncio.to_thread(self._get_in_thread, key)
-        elif length is not None and length > INLINE_READ_MAX:
-            data = await asyncio.to_thread(self._get_range_in_thread, key, start, length)
         else:
-            data = db.get_range(key, start, length)
-        return None if data is None else prototype.buffer.from_bytes(data)
+            start, length = _byte_range(byte_range)
+            if length is not None and length > INLINE_READ_MAX:
+                data = await asyncio.to_thread(self._get_range_in_thread, key, start, length)
+            else:
+                data = db.get_range(key, start, length)
+        return None if data is None else _as_buffer(prototype, data)
 
     def _get_in_thread(self, key: str) -> bytes | None:
         return self._connections().reader().get(key)
@@ -839,7 +863,7 @@ class SQLiteStore(Store):
         if not requests:
             return []
         values = await self._get_ranges(requests)
-        return [None if v is None else prototype.buffer.from_bytes(v) for v in values]
+        return [None if v is None else _as_buffer(prototype, v) for v in values]
 
     async def _get_many(
         self, requests: Iterable[tuple[str, BufferPrototype, ByteRequest | None]]
@@ -847,7 +871,7 @@ class SQLiteStore(Store):
         reqs = list(requests)
         values = await self._get_ranges([(key, *_byte_range(br)) for key, _, br in reqs])
         for (key, prototype, _), value in zip(reqs, values, strict=True):
-            yield key, (None if value is None else prototype.buffer.from_bytes(value))
+            yield key, (None if value is None else _as_buffer(prototype, value))
 
     async def exists(self, key: str) -> bool:
         with self._connections().read_connection() as db:
