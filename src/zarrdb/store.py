@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import os
 import threading
+import time
 import warnings
 import weakref
 from contextvars import ContextVar
@@ -67,6 +68,11 @@ INLINE_COMMIT_MAX = 16 * 1024 * 1024
 # The writer never takes more than this many bytes into one group commit (the rest waits for
 # the next one): bounds the transaction and the memory pinned by queued values.
 GROUP_COMMIT_MAX_BYTES = 64 * 1024 * 1024
+# Group commits update the modified_at record at most this often (seconds); one right after
+# another would otherwise each write the metadata table's page again (a 64 KiB page per commit
+# of ten 16 KiB chunks). Closing the store writes the final time if a later commit skipped it;
+# explicit transactions always write it.
+MODIFIED_AT_INTERVAL = 0.5
 
 
 _U8 = np.dtype("B")
@@ -173,6 +179,10 @@ class _Connections:
         self.pending_lock = threading.Lock()
         self.flush_scheduled = False
         self.flush_running = False
+        # monotonic time modified_at was last written by this writer, and whether a commit
+        # since then left it out.
+        self.touched_at: float | None = None
+        self.touch_skipped = False
         self.transaction_depth = 0
         self.transaction_token: object | None = None
         self.transaction_done = threading.Condition(self.write_lock)
@@ -375,13 +385,24 @@ class _Connections:
             if sets:
                 db.set_many(sets)
             if not joined:
-                db.execute(_format.TOUCH_MODIFIED_AT)
+                self.touch_modified_at(db, due_only=True)
         except BaseException:
             if not joined and db.in_transaction:
                 db.rollback()
             raise
         if not joined:
             db.commit()
+
+    def touch_modified_at(self, db: Database, *, due_only: bool = False) -> None:
+        """Write modified_at inside the open write transaction (with `due_only`, only if the
+        last write of it is MODIFIED_AT_INTERVAL old)."""
+        now = time.monotonic()
+        if due_only and self.touched_at is not None and now - self.touched_at < MODIFIED_AT_INTERVAL:
+            self.touch_skipped = True
+            return
+        db.execute(_format.TOUCH_MODIFIED_AT)
+        self.touched_at = now
+        self.touch_skipped = False
 
     def commit_pending(self) -> None:
         """Commit everything queued (not while an explicit transaction is open)."""
@@ -480,6 +501,12 @@ class _Connections:
             with self.write_lock:
                 while self.pending:
                     self.commit(self.take_batch())
+                if self.touch_skipped:
+                    with contextlib.suppress(errors.ZarrDBError):
+                        # Best effort: the data is committed already; a stale modified_at
+                        # (which readers must not rely on) is no reason to fail closing.
+                        with writer.transaction():
+                            self.touch_modified_at(writer)
                 _release_siblings(self)
                 try:
                     writer.checkpoint("truncate")
@@ -539,7 +566,7 @@ class _TransactionContext:
             try:
                 if exc_type is None and conns.transaction_depth == 1:
                     try:
-                        conns.writer.execute(_format.TOUCH_MODIFIED_AT)
+                        conns.touch_modified_at(conns.writer)
                     except BaseException as touch_error:
                         inner.__exit__(type(touch_error), touch_error, None)
                         raise

@@ -192,6 +192,22 @@ async def test_modified_at_advances_with_each_committed_write(tmp_path, how):
     assert_conforming(path)
 
 
+async def test_modified_at_after_close_covers_the_last_of_many_commits(tmp_path):
+    """Group commits in quick succession do not all write modified_at, but once the store is
+    closed it is no older than the last committed write."""
+    path = tmp_path / "burst.zarrdb"
+    store = await SQLiteStore.open(path)
+    await store.set("first", _buf(b"1"))
+    time.sleep(0.05)
+    for i in range(20):
+        await store.set(f"k{i}", _buf(b"x" * 100))
+    before_last = datetime.now(timezone.utc) - timedelta(milliseconds=2)
+    await store.set("last", _buf(b"2"))
+    store.close()
+    assert _modified_at(path) >= before_last, (_modified_at(path), before_last)
+    assert_conforming(path)
+
+
 async def test_read_only_use_changes_nothing(written):
     path, *_ = written
     before = metadata(path)
