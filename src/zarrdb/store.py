@@ -50,8 +50,12 @@ _DURABILITY_LEVELS = ("full", "normal", "off")
 # a worker thread, so the loop is not stalled and the copies of the values zarr gathers run on
 # several cores at once. One call alone is faster inline at every size, but zarr reading a
 # whole array of 1 MiB chunks is faster through threads, and of 256 KiB chunks (64 KiB in 1-D)
-# faster inline (benchmarks/tunables.py, section inline).
+# faster inline (benchmarks/tunables.py, section inline). Whole values only: byte ranges below.
 INLINE_READ_MAX = 512 * 1024
+# Byte ranges come from partial reads (a window out of a shard: the index and a few inner
+# chunks, ranges zarr may merge up to a few MiB), one or two at a time, where the thread hop
+# costs more than the copy: a range of at most this many bytes is read inline.
+INLINE_RANGE_MAX = 1024 * 1024
 # New files get 64 KiB pages: a large value (a shard) is a chain of 16 times fewer overflow
 # pages, so a byte range deep inside it is reached quickly and partial reads stay flat as shards
 # grow from 1 to 16 MiB; large values also write faster (benchmarks/tunables.py).
@@ -856,7 +860,7 @@ class SQLiteStore(Store):
                 data = await asyncio.to_thread(self._get_in_thread, key)
         else:
             start, length = _byte_range(byte_range)
-            if length is not None and length > INLINE_READ_MAX:
+            if length is not None and length > INLINE_RANGE_MAX:
                 data = await asyncio.to_thread(self._get_range_in_thread, key, start, length)
             else:
                 data = db.get_range(key, start, length)
