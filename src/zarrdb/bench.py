@@ -536,6 +536,17 @@ def print_table(ctx: Context) -> None:
     Console().print(table)
 
 
+def markdown_table(ctx: Context) -> str:
+    """The table as Markdown (for a README or an issue)."""
+    stores = [k.name for k in ctx.kinds]
+    lines = [
+        "| workload | " + " | ".join(stores) + " |",
+        "| --- | " + " | ".join("---:" for _ in stores) + " |",
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in table_rows(ctx)]
+    return "\n".join(lines) + "\n"
+
+
 def environment() -> dict[str, Any]:
     import numcodecs
 
@@ -629,6 +640,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--repeat", type=int, default=2, help="repetitions of each workload (default 2)"
     )
     parser.add_argument("--json", type=Path, help="write every sample and the environment here")
+    parser.add_argument("--markdown", type=Path, help="write the table as Markdown here")
     parser.add_argument("--plot", type=Path, help="draw the ratios as a bar chart (PNG)")
     parser.add_argument("--dir", type=Path, help="scratch folder (default: a temporary one)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -659,6 +671,9 @@ def run_from_args(args: argparse.Namespace) -> int:
         if args.json:
             args.json.write_text(json.dumps(to_json(ctx), indent=1))
             print(f"samples and environment written to {args.json}")
+        if args.markdown:
+            args.markdown.write_text(markdown_table(ctx))
+            print(f"Markdown table written to {args.markdown}")
         if args.plot:
             plot(ctx, args.plot)
             print(f"chart written to {args.plot}")

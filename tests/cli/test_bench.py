@@ -34,6 +34,13 @@ def test_bench_runs_every_workload_for_every_store(tmp_path, capsys):
     bench.print_table(ctx)
     table = capsys.readouterr().out
     assert "read small-raw" in table and "zarrdb" in table
+    markdown = bench.markdown_table(ctx).splitlines()
+    assert markdown[0] == "| workload | zarrdb | local | memory |"
+    assert len(markdown) == 2 + len(workloads)
+    row = next(line for line in markdown if line.startswith("| read small-raw |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1].endswith(")") and "MB/s" in cells[1]  # zarrdb: throughput (vs local)
+    assert cells[2].endswith("MB/s")  # local: the baseline, no ratio
 
 
 def test_bench_notices_wrong_data(tmp_path):
