@@ -81,7 +81,13 @@ INFO = [
         "get_many-1MiB:stdlib",
         "get_many-1MiB:zarrdb",
     ),
-    Ratio("get_many 16 KiB vs a get loop, zarrdb", "get-16KiB:zarrdb", "get_many-16KiB:zarrdb"),
+    # get_many returns all 2000 values (31 MiB of new memory to fault in); the get loop drops
+    # each value before the next, so the allocator hands back the same warm block every time.
+    Ratio(
+        "get_many 16 KiB (keeps 2000 values) vs a get loop (drops each), zarrdb",
+        "get-16KiB:zarrdb",
+        "get_many-16KiB:zarrdb",
+    ),
     Ratio(
         "get_range 4 KiB of 1 MiB: zarrdb vs stdlib blobopen",
         "get_range-1MiB:stdlib-blob",
