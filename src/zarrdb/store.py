@@ -79,6 +79,7 @@ GROUP_COMMIT_MAX_BYTES = 64 * 1024 * 1024
 MODIFIED_AT_INTERVAL = 0.5
 
 
+_running_loop = asyncio._get_running_loop  # None outside a running loop (no exception)
 _U8 = np.dtype("B")
 _CPU_BUFFER = cpu.Buffer
 # This process's id, kept current across fork() without a system call per store call.
@@ -151,6 +152,9 @@ class _Submission:
         if self.event is not None:
             self.event.set()
         if self.future is not None and self.loop is not None:
+            if _running_loop() is self.loop:
+                self._settle()  # committed on the loop's own thread: no wake-up to send
+                return
             try:
                 self.loop.call_soon_threadsafe(self._settle)
             except RuntimeError:  # the loop is closed: nobody is waiting any more
