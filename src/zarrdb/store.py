@@ -170,6 +170,21 @@ class _Submission:
             future.set_result(None)
 
 
+class _Lease:
+    """Held in a thread's thread-local storage while the thread uses a read connection."""
+
+    __slots__ = ("__weakref__",)
+
+
+def _return_reader(conns_ref: weakref.ref, db: Database) -> None:
+    conns = conns_ref()
+    if conns is None or db.closed:
+        return
+    with conns.readers_lock:
+        if any(db is open_db for open_db in conns.readers):
+            conns.idle_readers.append(db)
+
+
 class _Connections:
     """The connections of one store in one process."""
 
@@ -179,7 +194,8 @@ class _Connections:
         self.read_only = store.read_only
         self.pid = os.getpid()
         self.local = threading.local()
-        self.readers: list[Database] = []
+        self.readers: list[Database] = []  # every open read connection
+        self.idle_readers: list[Database] = []  # those whose thread has ended
         self.readers_lock = threading.Lock()
         self.writer: Database | None = None
         self.write_lock = threading.RLock()  # held while the writer connection is used
@@ -271,22 +287,41 @@ class _Connections:
                 )
 
     def _new_reader(self) -> Database:
-        opts = self.options
-        db = Database(
-            self.store_path,
-            mode="r" if self.read_only else "w",
-            immutable=opts["immutable"],
-            busy_timeout=opts["busy_timeout"],
-            cache_size=opts["cache_size"],
-            mmap_size=opts["mmap_size"],
-        )
-        self._adopt_reader(db)
+        """A read connection for the calling thread: one a finished thread left, or a new one."""
+        db = None
+        with self.readers_lock:
+            while self.idle_readers and db is None:
+                candidate = self.idle_readers.pop()
+                if not candidate.closed:
+                    db = candidate
+        if db is None:
+            opts = self.options
+            db = Database(
+                self.store_path,
+                mode="r" if self.read_only else "w",
+                immutable=opts["immutable"],
+                busy_timeout=opts["busy_timeout"],
+                cache_size=opts["cache_size"],
+                mmap_size=opts["mmap_size"],
+            )
+            with self.readers_lock:
+                self.readers.append(db)
+        self._lease(db)
         return db
 
     def _adopt_reader(self, db: Database) -> None:
-        self.local.reader = db
         with self.readers_lock:
             self.readers.append(db)
+        self._lease(db)
+
+    def _lease(self, db: Database) -> None:
+        """Make `db` the calling thread's reader until the thread ends; then it goes back to
+        the idle pool (a thread's thread-local values are dropped when it ends), so threads
+        that come and go do not each leave a connection open."""
+        self.local.reader = db
+        lease = _Lease()
+        weakref.finalize(lease, _return_reader, weakref.ref(self), db).atexit = False
+        self.local.lease = lease
 
     # --- the connection for this call ----------------------------------------------------------
 
@@ -502,6 +537,7 @@ class _Connections:
             return  # the parent's connections: not ours to touch
         with self.readers_lock:
             readers, self.readers = self.readers, []
+            self.idle_readers = []
         for db in readers:
             db.close()
         writer, self.writer = self.writer, None

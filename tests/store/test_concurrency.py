@@ -13,6 +13,7 @@
 - zarr's codec pipelines (BatchedCodecPipeline and, where zarr has it, FusedCodecPipeline)
   writing and reading an array from threads, sharded and unsharded, against numpy.
 - Memory stays bounded: `arr[:] = data` of 256 MiB does not queue the data set in the store.
+- Threads that come and go reuse read connections instead of each leaving one open.
 
 Two SQLite libraries in one process do not share POSIX locks, so nothing here opens the file
 with the standard `sqlite3` module while a store has it open; the WAL file is only read as
@@ -682,3 +683,41 @@ def test_large_assignment_keeps_memory_bounded(pipeline: str, tmp_path: Path) ->
     )
     assert growth < 2 * source, note
     assert writing < source // 2, note
+
+
+def _open_descriptors() -> int | None:
+    fd_dir = Path("/proc/self/fd")
+    return len(os.listdir(fd_dir)) if fd_dir.is_dir() else None
+
+
+@pytest.mark.parametrize("read_only", [True, False], ids=["read-only", "writable"])
+def test_threads_that_come_and_go_reuse_read_connections(read_only: bool, tmp_path: Path) -> None:
+    """Each reading thread gets its own connection, but a thread that has ended hands its
+    connection to the next one: 200 short-lived threads, four at a time, leave at most five
+    connections (and file descriptors) open, and every read is right."""
+    path = tmp_path / "threads.zarrdb"
+    with SQLiteStore(path) as writer:
+        for i in range(8):
+            writer.set_sync(f"k/{i}", buf(bytes([i]) * 1000))
+    store = SQLiteStore(path, read_only=read_only)
+    proto = cpu.buffer_prototype
+    assert store.get_sync("k/0", prototype=proto).to_bytes() == b"\0" * 1000
+    descriptors = _open_descriptors()
+    wrong: list[str] = []
+
+    def read(i: int) -> None:
+        got = store.get_sync(f"k/{i % 8}", prototype=proto)
+        if got is None or got.to_bytes() != bytes([i % 8]) * 1000:
+            wrong.append(f"k/{i % 8}")
+
+    for start in range(0, 200, 4):
+        run_threads([lambda i=i: read(i) for i in range(start, start + 4)])
+    assert not wrong
+    conns = store._conns
+    assert conns is not None
+    assert len(conns.readers) <= 5, len(conns.readers)
+    if descriptors is not None:
+        # each SQLite connection in WAL mode holds the file and its -shm; allow one spare
+        assert _open_descriptors() <= descriptors + 2 * 4 + 2
+    store.close()
+    assert conns.readers == [] and conns.idle_readers == []
