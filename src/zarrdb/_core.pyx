@@ -116,17 +116,28 @@ cdef enum Stmt:
     S_ROLLBACK_TO
     S_COUNT
 
+# A value's size in bytes. length() of a BLOB reads only the record header; a value another
+# program stored as TEXT (against the spec) would count characters, so it is measured as bytes.
+# typeof() also reads only the header.
 cdef const char* _SQL[<int>S_COUNT]
 _SQL[<int>S_GET] = b"SELECT v FROM zarr WHERE k = ?1"
-_SQL[<int>S_LOCATE] = b"SELECT rowid, length(v) FROM zarr WHERE k = ?1"
+_SQL[<int>S_LOCATE] = (
+    b"SELECT rowid, CASE WHEN typeof(v) = 'blob' THEN length(v) ELSE length(CAST(v AS BLOB)) END "
+    b"FROM zarr WHERE k = ?1"
+)
 _SQL[<int>S_GET_ROWID] = b"SELECT v FROM zarr WHERE rowid = ?1"
 # One lookup for `get`: the value itself only when it is at most ?2 bytes long (length() of a
 # column reads the record header, not the value); longer ones are read with the blob API.
+# (Plain length() here, for speed: the blob API gives the size in bytes of a long value, and a
+# short one is measured with sqlite3_column_bytes.)
 _SQL[<int>S_READ] = (
     b"SELECT rowid, length(v), CASE WHEN length(v) <= ?2 THEN v END FROM zarr WHERE k = ?1"
 )
 _SQL[<int>S_EXISTS] = b"SELECT 1 FROM zarr WHERE k = ?1"
-_SQL[<int>S_LENGTH] = b"SELECT length(v) FROM zarr WHERE k = ?1"
+_SQL[<int>S_LENGTH] = (
+    b"SELECT CASE WHEN typeof(v) = 'blob' THEN length(v) ELSE length(CAST(v AS BLOB)) END "
+    b"FROM zarr WHERE k = ?1"
+)
 _SQL[<int>S_SET] = (
     b"INSERT INTO zarr(k, v) VALUES (?1, ?2) ON CONFLICT(k) DO UPDATE SET v = excluded.v"
 )
@@ -138,8 +149,14 @@ _SQL[<int>S_SEEK_GE] = b"SELECT k FROM zarr WHERE k >= ?1 AND k < ?2 ORDER BY k 
 _SQL[<int>S_SEEK_GE_ALL] = b"SELECT k FROM zarr WHERE k >= ?1 ORDER BY k LIMIT 1"
 _SQL[<int>S_SEEK_GT] = b"SELECT k FROM zarr WHERE k > ?1 AND k < ?2 ORDER BY k LIMIT 1"
 _SQL[<int>S_SEEK_GT_ALL] = b"SELECT k FROM zarr WHERE k > ?1 ORDER BY k LIMIT 1"
-_SQL[<int>S_SIZE_ALL] = b"SELECT coalesce(sum(length(v)), 0) FROM zarr"
-_SQL[<int>S_SIZE_RANGE] = b"SELECT coalesce(sum(length(v)), 0) FROM zarr WHERE k >= ?1 AND k < ?2"
+_SQL[<int>S_SIZE_ALL] = (
+    b"SELECT coalesce(sum(CASE WHEN typeof(v) = 'blob' THEN length(v) "
+    b"ELSE length(CAST(v AS BLOB)) END), 0) FROM zarr"
+)
+_SQL[<int>S_SIZE_RANGE] = (
+    b"SELECT coalesce(sum(CASE WHEN typeof(v) = 'blob' THEN length(v) "
+    b"ELSE length(CAST(v AS BLOB)) END), 0) FROM zarr WHERE k >= ?1 AND k < ?2"
+)
 _SQL[<int>S_COUNT_ALL] = b"SELECT count(*) FROM zarr"
 _SQL[<int>S_COUNT_RANGE] = b"SELECT count(*) FROM zarr WHERE k >= ?1 AND k < ?2"
 _SQL[<int>S_DELETE_ALL] = b"DELETE FROM zarr"
@@ -822,7 +839,21 @@ cdef class Database:
             with nogil:
                 rc = sqlite3_blob_open(self.db, "main", "zarr", "v", rowid, 0, &blob)
                 if rc == SQLITE_OK:
-                    rc = sqlite3_blob_read(blob, dst, <int>size, 0)
+                    n = sqlite3_blob_bytes(blob)
+                    if n == size:
+                        rc = sqlite3_blob_read(blob, dst, <int>size, 0)
+            if rc == SQLITE_OK and n != size:
+                # Stored as TEXT by another program: length() counted characters, not bytes.
+                try:
+                    out = PyBytes_FromStringAndSize(NULL, n)
+                except BaseException:
+                    with nogil:
+                        sqlite3_blob_close(blob)
+                        sqlite3_reset(stmt)
+                    raise
+                dst = PyBytes_AS_STRING(out)
+                with nogil:
+                    rc = sqlite3_blob_read(blob, dst, <int>n, 0)
             err = None if rc == SQLITE_OK else self._error(rc, f"cannot read {key!r}")
             with nogil:
                 if blob != NULL:
@@ -1358,10 +1389,11 @@ cdef class Database:
         """(key, value length) for every key that starts with `prefix`, sorted; the lengths
         come from the row headers, the values are not read."""
         lower = _prefix_bytes(prefix)
+        size = "CASE WHEN typeof(v) = 'blob' THEN length(v) ELSE length(CAST(v AS BLOB)) END"
         if not lower:
-            return self.execute("SELECT k, length(v) FROM zarr ORDER BY k")
+            return self.execute(f"SELECT k, {size} FROM zarr ORDER BY k")
         return self.execute(
-            "SELECT k, length(v) FROM zarr "
+            f"SELECT k, {size} FROM zarr "
             "WHERE k >= CAST(?1 AS TEXT) AND k < CAST(?2 AS TEXT) ORDER BY k",
             (lower, _upper_bound(lower)),
         )
