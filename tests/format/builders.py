@@ -79,15 +79,17 @@ def make_store_file(
     *,
     application_id: int = APPLICATION_ID,
     metadata: Mapping[str, str | None] | None = None,
-    entries: Mapping[str, bytes] | None = None,
+    entries: Mapping[str, bytes | str] | None = None,
     journal_mode: str = "delete",
     tables_sql: str = SPEC_SCHEMA,
+    page_size: int | None = None,
 ) -> Path:
     """A SQLiteStore file as the spec's appendix makes it.
 
     `metadata` overrides the default records (the three required ones, created_by and a
     modified_at); a value of None removes that record, an unknown key adds it. `entries` are
-    the zarr table rows (default: the hand-written hierarchy)."""
+    the zarr table rows (default: the hand-written hierarchy); a str value is stored as TEXT,
+    as a careless writer might."""
     path = Path(path)
     records: dict[str, str | None] = dict(REQUIRED_METADATA)
     records["created_by"] = "tests/format/builders.py"
@@ -96,6 +98,8 @@ def make_store_file(
     rows = hand_written_entries() if entries is None else dict(entries)
     con = sqlite3.connect(path, isolation_level=None)
     try:
+        if page_size is not None:
+            con.execute(f"PRAGMA page_size = {int(page_size)}")
         assert con.execute(f"PRAGMA journal_mode = {journal_mode}").fetchone()[0] == journal_mode
         con.execute(f"PRAGMA application_id = {int(application_id)}")
         con.executescript(tables_sql)

@@ -13,23 +13,16 @@ from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteReques
 from zarrdb import SQLiteStore
 from zarrdb._core import Database
 
+from .builders import make_store_file
+
 SMALL = "é" * 100  # 200 bytes in UTF-8, 100 characters
 LARGE = "é" * 50_000 + "z"  # 100,001 bytes: read with the blob API
 
 
 @pytest.fixture
 def path(tmp_path):
-    path = tmp_path / "text-values.zarrdb"
+    path = make_store_file(tmp_path / "text-values.zarrdb", entries={"small": SMALL, "large": LARGE})
     with closing(sqlite3.connect(path)) as con:
-        con.execute(f"PRAGMA application_id = {0x10B50760}")
-        con.executescript(
-            "CREATE TABLE zarr_sqlitestore_metadata (k TEXT PRIMARY KEY NOT NULL, v TEXT NOT NULL);"
-            "CREATE TABLE zarr (k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL);"
-            "INSERT INTO zarr_sqlitestore_metadata VALUES ('sqlitestore_version', '1.0'),"
-            " ('compatible_flags', ''), ('incompatible_flags', '');"
-        )
-        con.execute("INSERT INTO zarr VALUES ('small', ?), ('large', ?)", (SMALL, LARGE))
-        con.commit()
         assert con.execute("SELECT typeof(v) FROM zarr WHERE k = 'large'").fetchone() == ("text",)
     return path
 

@@ -12,6 +12,8 @@ from zarr.core.buffer import cpu
 from zarrdb import SQLiteStore
 from zarrdb import store as store_module
 
+from .builders import make_store_file
+
 
 def _pragma(path, name):
     # Only after the store is closed: see "two SQLite libraries in one process" in the README.
@@ -30,16 +32,7 @@ def test_new_file_layout(tmp_path, page_size):
 
 
 def test_an_existing_file_keeps_its_layout(tmp_path):
-    path = tmp_path / "plain.zarrdb"
-    with closing(sqlite3.connect(path)) as con:
-        con.execute("PRAGMA page_size = 4096")
-        con.execute(f"PRAGMA application_id = {0x10B50760}")
-        con.executescript(
-            "CREATE TABLE zarr_sqlitestore_metadata (k TEXT PRIMARY KEY NOT NULL, v TEXT NOT NULL);"
-            "CREATE TABLE zarr (k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL);"
-            "INSERT INTO zarr_sqlitestore_metadata VALUES ('sqlitestore_version', '1.0'),"
-            " ('compatible_flags', ''), ('incompatible_flags', '');"
-        )
+    path = make_store_file(tmp_path / "plain.zarrdb", entries={}, page_size=4096)
     with SQLiteStore(path) as store:
         store.set_sync("k", cpu.Buffer.from_bytes(b"v" * 100_000))
     assert _pragma(path, "page_size") == 4096
