@@ -24,6 +24,7 @@ from contextvars import ContextVar
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 from zarr.abc.store import (
     ByteRequest,
     OffsetByteRequest,
@@ -31,7 +32,6 @@ from zarr.abc.store import (
     Store,
     SuffixByteRequest,
 )
-import numpy as np
 from zarr.core.buffer import Buffer, BufferPrototype, cpu, default_buffer_prototype
 
 from zarrdb import _format, errors
@@ -449,7 +449,8 @@ class _Connections:
         """Write modified_at inside the open write transaction (with `due_only`, only if the
         last write of it is MODIFIED_AT_INTERVAL old)."""
         now = time.monotonic()
-        if due_only and self.touched_at is not None and now - self.touched_at < MODIFIED_AT_INTERVAL:
+        recent = self.touched_at is not None and now - self.touched_at < MODIFIED_AT_INTERVAL
+        if due_only and recent:
             self.touch_skipped = True
             return
         db.execute(_format.TOUCH_MODIFIED_AT)

@@ -21,7 +21,8 @@ LARGE = "é" * 50_000 + "z"  # 100,001 bytes: read with the blob API
 
 @pytest.fixture
 def path(tmp_path):
-    path = make_store_file(tmp_path / "text-values.zarrdb", entries={"small": SMALL, "large": LARGE})
+    entries = {"small": SMALL, "large": LARGE}
+    path = make_store_file(tmp_path / "text-values.zarrdb", entries=entries)
     with closing(sqlite3.connect(path)) as con:
         assert con.execute("SELECT typeof(v) FROM zarr WHERE k = 'large'").fetchone() == ("text",)
     return path
