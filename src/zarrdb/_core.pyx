@@ -119,12 +119,19 @@ cdef enum Stmt:
 # A value's size in bytes. length() of a BLOB reads only the record header; a value another
 # program stored as TEXT (against the spec) would count characters, so it is measured as bytes.
 # typeof() also reads only the header.
+cdef str _NBYTES = "CASE WHEN typeof(v) = 'blob' THEN length(v) ELSE length(CAST(v AS BLOB)) END"
+# Statements built from it; C-level globals (Python code cannot rebind them), as _SQL
+# points into these objects.
+cdef bytes _SQL_LOCATE = f"SELECT rowid, {_NBYTES} FROM zarr WHERE k = ?1".encode()
+cdef bytes _SQL_LENGTH = f"SELECT {_NBYTES} FROM zarr WHERE k = ?1".encode()
+cdef bytes _SQL_SIZE_ALL = f"SELECT coalesce(sum({_NBYTES}), 0) FROM zarr".encode()
+cdef bytes _SQL_SIZE_RANGE = (
+    f"SELECT coalesce(sum({_NBYTES}), 0) FROM zarr WHERE k >= ?1 AND k < ?2".encode()
+)
+
 cdef const char* _SQL[<int>S_COUNT]
 _SQL[<int>S_GET] = b"SELECT v FROM zarr WHERE k = ?1"
-_SQL[<int>S_LOCATE] = (
-    b"SELECT rowid, CASE WHEN typeof(v) = 'blob' THEN length(v) ELSE length(CAST(v AS BLOB)) END "
-    b"FROM zarr WHERE k = ?1"
-)
+_SQL[<int>S_LOCATE] = _SQL_LOCATE
 _SQL[<int>S_GET_ROWID] = b"SELECT v FROM zarr WHERE rowid = ?1"
 # One lookup for `get`: the value itself only when it is at most ?2 bytes long (length() of a
 # column reads the record header, not the value); longer ones are read with the blob API.
@@ -134,10 +141,7 @@ _SQL[<int>S_READ] = (
     b"SELECT rowid, length(v), CASE WHEN length(v) <= ?2 THEN v END FROM zarr WHERE k = ?1"
 )
 _SQL[<int>S_EXISTS] = b"SELECT 1 FROM zarr WHERE k = ?1"
-_SQL[<int>S_LENGTH] = (
-    b"SELECT CASE WHEN typeof(v) = 'blob' THEN length(v) ELSE length(CAST(v AS BLOB)) END "
-    b"FROM zarr WHERE k = ?1"
-)
+_SQL[<int>S_LENGTH] = _SQL_LENGTH
 _SQL[<int>S_SET] = (
     b"INSERT INTO zarr(k, v) VALUES (?1, ?2) ON CONFLICT(k) DO UPDATE SET v = excluded.v"
 )
@@ -149,14 +153,8 @@ _SQL[<int>S_SEEK_GE] = b"SELECT k FROM zarr WHERE k >= ?1 AND k < ?2 ORDER BY k 
 _SQL[<int>S_SEEK_GE_ALL] = b"SELECT k FROM zarr WHERE k >= ?1 ORDER BY k LIMIT 1"
 _SQL[<int>S_SEEK_GT] = b"SELECT k FROM zarr WHERE k > ?1 AND k < ?2 ORDER BY k LIMIT 1"
 _SQL[<int>S_SEEK_GT_ALL] = b"SELECT k FROM zarr WHERE k > ?1 ORDER BY k LIMIT 1"
-_SQL[<int>S_SIZE_ALL] = (
-    b"SELECT coalesce(sum(CASE WHEN typeof(v) = 'blob' THEN length(v) "
-    b"ELSE length(CAST(v AS BLOB)) END), 0) FROM zarr"
-)
-_SQL[<int>S_SIZE_RANGE] = (
-    b"SELECT coalesce(sum(CASE WHEN typeof(v) = 'blob' THEN length(v) "
-    b"ELSE length(CAST(v AS BLOB)) END), 0) FROM zarr WHERE k >= ?1 AND k < ?2"
-)
+_SQL[<int>S_SIZE_ALL] = _SQL_SIZE_ALL
+_SQL[<int>S_SIZE_RANGE] = _SQL_SIZE_RANGE
 _SQL[<int>S_COUNT_ALL] = b"SELECT count(*) FROM zarr"
 _SQL[<int>S_COUNT_RANGE] = b"SELECT count(*) FROM zarr WHERE k >= ?1 AND k < ?2"
 _SQL[<int>S_DELETE_ALL] = b"DELETE FROM zarr"
@@ -1389,11 +1387,10 @@ cdef class Database:
         """(key, value length) for every key that starts with `prefix`, sorted; the lengths
         come from the row headers, the values are not read."""
         lower = _prefix_bytes(prefix)
-        size = "CASE WHEN typeof(v) = 'blob' THEN length(v) ELSE length(CAST(v AS BLOB)) END"
         if not lower:
-            return self.execute(f"SELECT k, {size} FROM zarr ORDER BY k")
+            return self.execute(f"SELECT k, {_NBYTES} FROM zarr ORDER BY k")
         return self.execute(
-            f"SELECT k, {size} FROM zarr "
+            f"SELECT k, {_NBYTES} FROM zarr "
             "WHERE k >= CAST(?1 AS TEXT) AND k < CAST(?2 AS TEXT) ORDER BY k",
             (lower, _upper_bound(lower)),
         )

@@ -901,7 +901,7 @@ class SQLiteStore(Store):
         if prototype is None:
             prototype = default_buffer_prototype()
         conns = self._connections()
-        if conns.transaction_depth and conns.in_transaction():
+        if conns.in_transaction():
             return self.get_sync(key, prototype=prototype, byte_range=byte_range)
         db = conns.reader()
         if byte_range is None:
