@@ -10,6 +10,7 @@ process (`sqlite_rows`, `LockHolder`). That keeps the checks honest and the file
 from __future__ import annotations
 
 import atexit
+import json
 import mmap
 import os
 import pickle
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import traceback
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
@@ -190,3 +192,31 @@ def sparse_buffer(path, size: int):
     finally:
         mapping.close()  # BufferError here would mean someone kept an export of it
         os.remove(path)
+
+
+def run_in_child(child) -> dict:
+    """Fork; run child() in the child, which returns a JSON-able dict; the parent gets it. The
+    child always leaves with os._exit (never through pytest's own exit)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        status = 1
+        try:
+            os.close(read_end)
+            try:
+                report = {"ok": True, **child()}
+            except BaseException:
+                report = {"ok": False, "traceback": traceback.format_exc()}
+            with os.fdopen(write_end, "w") as out:
+                json.dump(report, out)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end) as inp:
+        data = inp.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (status, data)
+    report = json.loads(data)
+    assert report.pop("ok"), report.get("traceback")
+    return report

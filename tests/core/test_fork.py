@@ -5,45 +5,16 @@ intact. The child reports through a pipe and always leaves with os._exit."""
 from __future__ import annotations
 
 import gc
-import json
 import os
-import traceback
 
 import pytest
 
 from zarrdb import errors
 from zarrdb._core import Database
 
-from .helpers import make_db_file, sqlite_rows
+from .helpers import make_db_file, run_in_child, sqlite_rows
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-
-
-def run_in_child(child) -> dict:
-    """Fork; run child() in the child, which returns a JSON-able dict; the parent gets it."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child
-        status = 1
-        try:
-            os.close(read_end)
-            try:
-                report = {"ok": True, **child()}
-            except BaseException:
-                report = {"ok": False, "traceback": traceback.format_exc()}
-            with os.fdopen(write_end, "w") as out:
-                json.dump(report, out)
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write_end)
-    with os.fdopen(read_end) as inp:
-        data = inp.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (status, data)
-    report = json.loads(data)
-    assert report.pop("ok"), report.get("traceback")
-    return report
 
 
 def outcome(call, *args) -> str:

@@ -22,7 +22,6 @@ import os
 import subprocess
 import textwrap
 import time
-import traceback
 
 import numpy as np
 import pytest
@@ -31,6 +30,8 @@ from zarr.core.buffer import default_buffer_prototype
 
 from zarrdb import SQLiteStore
 from zarrdb.errors import DatabaseLockedError
+
+from core.helpers import run_in_child  # tests/ is on sys.path (pytest's rootdir)
 
 from . import _workers as workers
 from .helpers import (
@@ -240,34 +241,6 @@ def test_busy_timeout_opening_a_file_locked_exclusively(tmp_path):
 # --- fork() -----------------------------------------------------------------------------------------
 
 
-def run_in_fork(child) -> dict:
-    """Fork; child() runs in the child and returns a JSON-able dict, which the parent gets. The
-    child always leaves with os._exit (never through pytest's own exit)."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        status = 1
-        try:
-            os.close(read_end)
-            try:
-                report = {"ok": True, **child()}
-            except BaseException:
-                report = {"ok": False, "traceback": traceback.format_exc()}
-            with os.fdopen(write_end, "w") as out:
-                json.dump(report, out)
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write_end)
-    with os.fdopen(read_end) as inp:
-        data = inp.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (status, data)
-    report = json.loads(data)
-    assert report.pop("ok"), report.get("traceback")
-    return report
-
-
 pytestmark_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
 
@@ -308,7 +281,7 @@ def test_store_used_before_fork_works_in_the_child(tmp_path, exit_how):
             atexit._run_exitfuncs()  # what a normal interpreter exit runs
         return report
 
-    report = run_in_fork(child)
+    report = run_in_child(child)
     assert report["values"] == [1] * 50 + [0] * 50
     assert report["before"] == "p"
     assert report["own_pid"] and report["new_writer"] and report["new_readers"], report
@@ -355,7 +328,7 @@ def test_fork_inside_a_transaction_never_uses_the_parents_connection(tmp_path):
                 "committed": store.get_sync("committed").to_bytes().decode(),
             }
 
-        report = run_in_fork(child)
+        report = run_in_child(child)
         assert store.get_sync("uncommitted").to_bytes() == b"2"  # the parent's transaction lives
     assert report["seen"] is None, "the child saw the parent's uncommitted write"
     assert report["write"].startswith("DatabaseLockedError") and str(path) in report["write"], (
