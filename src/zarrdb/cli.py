@@ -413,7 +413,7 @@ def open_zarrdb(
 
 def _open_store(store: SQLiteStore, path: str, damage_is_bad_input: bool = True) -> None:
     try:
-        asyncio.run(store._open())
+        store.ensure_open()
     except errors.NotAZarrDBError:
         raise BadInput(
             f"{path}: is not a .zarrdb file (an SQLite database without the SQLiteStore tables)"
@@ -431,7 +431,7 @@ def _open_store(store: SQLiteStore, path: str, damage_is_bad_input: bool = True)
         ) from None
     except errors.DatabaseLockedError:
         raise BadInput(
-            f"{path}: the database is locked by another process (waited {store._options['busy_timeout']:g} s); "
+            f"{path}: the database is locked by another process (waited {store.options['busy_timeout']:g} s); "
             "retry when it is done, or wait longer with --busy-timeout SECONDS"
         ) from None
     except (errors.ReadOnlyError, PermissionError):
@@ -1735,7 +1735,7 @@ def _mv_run(args: argparse.Namespace) -> int:
         )
     store = open_zarrdb(args.file, busy_timeout=args.busy_timeout, writable=True)
     with _closing(store):
-        moved = store.move(src, dst)
+        moved = store.rename(src, dst)
         refreshed = []
         if consolidated:
             import zarr

@@ -746,6 +746,17 @@ class SQLiteStore(Store):
     async def _ensure_open(self) -> None:
         self._connections()
 
+    def ensure_open(self) -> None:
+        """Open the file now (created if missing and writable) instead of at the first use, so
+        that a missing, foreign, damaged or locked file raises here. Idempotent."""
+        self._connections()
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The options the store was opened with (a copy): durability, page_size,
+        busy_timeout, immutable, cache_size, mmap_size, journal."""
+        return dict(self._options)
+
     def close(self) -> None:
         """Commit what is queued, close every connection, and leave one file (DELETE mode)."""
         conns, self._conns = self._conns, None
@@ -800,6 +811,15 @@ class SQLiteStore(Store):
             return fn(conns.writer)
 
     def move(self, source: str, dest: str) -> int:
+        """Deprecated name of `rename` (zarr's `ZipStore.move` moves the whole store instead)."""
+        warnings.warn(
+            "SQLiteStore.move(source, dest) is renamed SQLiteStore.rename(source, dest)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.rename(source, dest)
+
+    def rename(self, source: str, dest: str) -> int:
         """Rename the group or array at `source` to `dest` (paths inside the hierarchy) in one
         transaction: readers see the hierarchy before or after, never between. Returns the
         number of keys moved. FileNotFoundError if `source` holds nothing; FileExistsError if
@@ -1016,6 +1036,10 @@ class SQLiteStore(Store):
         ops = [("set", key, _value_view(value)) for key, value in values]
         if ops:
             await conns.write_async(self._submission(ops))
+
+    async def set_many(self, values: Iterable[tuple[str, Buffer]]) -> None:
+        """Store several (key, value) pairs; they are committed together."""
+        await self._set_many(values)
 
     async def delete(self, key: str) -> None:
         conns = self._connections_for_write()
