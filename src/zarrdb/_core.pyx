@@ -9,11 +9,12 @@ still valid. Statements are prepared on first use and kept for the life of the c
 
 import os
 
+cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint8_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memchr, memcpy
 
 from zarrdb._sqlite3 cimport *
@@ -51,6 +52,17 @@ if hasattr(os, "register_at_fork"):
 
 
 BUNDLED_SQLITE = bool(ZARRDB_BUNDLED_SQLITE)
+# zarrdb.errors names SQLite's result codes; they must be the ones this SQLite uses.
+if (
+    _errors.SQLITE_BUSY, _errors.SQLITE_LOCKED, _errors.SQLITE_READONLY, _errors.SQLITE_CORRUPT,
+    _errors.SQLITE_FULL, _errors.SQLITE_CANTOPEN, _errors.SQLITE_TOOBIG, _errors.SQLITE_NOTADB,
+    _errors.SQLITE_IOERR, _errors.SQLITE_MISUSE, _errors.SQLITE_CONSTRAINT,
+) != (
+    SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_CORRUPT, SQLITE_FULL, SQLITE_CANTOPEN,
+    SQLITE_TOOBIG, SQLITE_NOTADB, SQLITE_IOERR, SQLITE_MISUSE, SQLITE_CONSTRAINT,
+):  # pragma: no cover - a build against an SQLite with other codes
+    raise ImportError("zarrdb.errors' SQLite result codes do not match the SQLite built in")
+
 # The spec's limit for one value: 3 bytes less than 2 GiB.
 DEF _MAX_VALUE = 2147483645
 MAX_VALUE_SIZE = _MAX_VALUE
@@ -94,6 +106,8 @@ cdef enum Stmt:
     S_LENGTH
     S_SET
     S_SET_IF_ABSENT
+    S_SET_ZB
+    S_SET_IF_ABSENT_ZB
     S_DELETE
     S_LIST_ALL
     S_LIST_RANGE
@@ -146,6 +160,15 @@ _SQL[<int>S_SET] = (
     b"INSERT INTO zarr(k, v) VALUES (?1, ?2) ON CONFLICT(k) DO UPDATE SET v = excluded.v"
 )
 _SQL[<int>S_SET_IF_ABSENT] = b"INSERT INTO zarr(k, v) VALUES (?1, ?2) ON CONFLICT(k) DO NOTHING"
+# Large values: the row with a zero-filled value of the right length, whose rowid the writer
+# then opens with the blob API to write the bytes in place.
+_SQL[<int>S_SET_ZB] = (
+    b"INSERT INTO zarr(k, v) VALUES (?1, zeroblob(?2)) "
+    b"ON CONFLICT(k) DO UPDATE SET v = excluded.v RETURNING rowid"
+)
+_SQL[<int>S_SET_IF_ABSENT_ZB] = (
+    b"INSERT INTO zarr(k, v) VALUES (?1, zeroblob(?2)) ON CONFLICT(k) DO NOTHING RETURNING rowid"
+)
 _SQL[<int>S_DELETE] = b"DELETE FROM zarr WHERE k = ?1"
 _SQL[<int>S_LIST_ALL] = b"SELECT k FROM zarr ORDER BY k"
 _SQL[<int>S_LIST_RANGE] = b"SELECT k FROM zarr WHERE k >= ?1 AND k < ?2 ORDER BY k"
@@ -1665,3 +1688,6 @@ cdef class Database:
                 raise self._error(rc)
         finally:
             self._leave()
+
+
+include "_writer.pxi"

@@ -94,6 +94,12 @@ cdef extern from "_sqlite_amalgamation.h" nogil:
     int sqlite3_blob_bytes(sqlite3_blob* blob)
     int sqlite3_blob_reopen(sqlite3_blob* blob, sqlite3_int64 rowid)
     int sqlite3_blob_close(sqlite3_blob* blob)
+    int sqlite3_blob_write(sqlite3_blob* blob, const void* buf, int n, int offset)
+    sqlite3_int64 sqlite3_last_insert_rowid(sqlite3* db)
+    int sqlite3_wal_autocheckpoint(sqlite3* db, int n)
+    void* sqlite3_wal_hook(sqlite3* db, int (*hook)(void*, sqlite3*, const char*, int) noexcept nogil,
+                           void* arg)
+    char* sqlite3_mprintf(const char* fmt, ...)
 
     int sqlite3_wal_checkpoint_v2(sqlite3* db, const char* schema, int mode, int* log,
                                   int* ckpt)

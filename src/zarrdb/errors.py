@@ -150,37 +150,57 @@ class ForkedProcessError(ZarrDBError, RuntimeError):
     database again in the child (a pickled ``SQLiteStore`` reopens by itself)."""
 
 
-# Primary result code -> exception class. SQLITE_ERROR (1) and anything unlisted map to
+# SQLite's primary result codes (sqlite3.h), by name. The engine checks at import that they
+# match the SQLite it was built with.
+SQLITE_ERROR = 1
+SQLITE_PERM = 3
+SQLITE_BUSY = 5
+SQLITE_LOCKED = 6
+SQLITE_READONLY = 8
+SQLITE_INTERRUPT = 9
+SQLITE_IOERR = 10
+SQLITE_CORRUPT = 11
+SQLITE_FULL = 13
+SQLITE_CANTOPEN = 14
+SQLITE_TOOBIG = 18
+SQLITE_CONSTRAINT = 19
+SQLITE_MISUSE = 21
+SQLITE_NOLFS = 22
+SQLITE_AUTH = 23
+SQLITE_RANGE = 25
+SQLITE_NOTADB = 26
+
+# Primary result code -> exception class. SQLITE_ERROR and anything unlisted map to
 # SQLiteError itself.
 _BY_PRIMARY_CODE: dict[int, type[SQLiteError]] = {
-    3: CantOpenError,  # SQLITE_PERM
-    5: DatabaseLockedError,  # SQLITE_BUSY
-    6: DatabaseLockedError,  # SQLITE_LOCKED
-    8: ReadOnlyError,  # SQLITE_READONLY
-    9: OperationInterruptedError,  # SQLITE_INTERRUPT
-    10: DiskIOError,  # SQLITE_IOERR
-    11: DatabaseCorruptError,  # SQLITE_CORRUPT
-    13: DiskFullError,  # SQLITE_FULL
-    14: CantOpenError,  # SQLITE_CANTOPEN
-    18: ValueTooLargeError,  # SQLITE_TOOBIG
-    19: ConstraintError,  # SQLITE_CONSTRAINT
-    21: MisuseError,  # SQLITE_MISUSE
-    22: DiskIOError,  # SQLITE_NOLFS
-    23: CantOpenError,  # SQLITE_AUTH
-    25: MisuseError,  # SQLITE_RANGE
-    26: NotADatabaseError,  # SQLITE_NOTADB
+    SQLITE_PERM: CantOpenError,
+    SQLITE_BUSY: DatabaseLockedError,
+    SQLITE_LOCKED: DatabaseLockedError,
+    SQLITE_READONLY: ReadOnlyError,
+    SQLITE_INTERRUPT: OperationInterruptedError,
+    SQLITE_IOERR: DiskIOError,
+    SQLITE_CORRUPT: DatabaseCorruptError,
+    SQLITE_FULL: DiskFullError,
+    SQLITE_CANTOPEN: CantOpenError,
+    SQLITE_TOOBIG: ValueTooLargeError,
+    SQLITE_CONSTRAINT: ConstraintError,
+    SQLITE_MISUSE: MisuseError,
+    SQLITE_NOLFS: DiskIOError,
+    SQLITE_AUTH: CantOpenError,
+    SQLITE_RANGE: MisuseError,
+    SQLITE_NOTADB: NotADatabaseError,
 }
 
 # What the user can do about it, by primary code; appended to the message.
 _ADVICE: dict[int, str] = {
-    5: "another connection is writing; retry, or raise busy_timeout",
-    6: "another connection is writing; retry, or raise busy_timeout",
-    8: "open the store for writing, or check the file's and its folder's permissions",
-    11: "the file is damaged; restore it from a copy ('zarrdb check' lists what it can read)",
-    13: "free disk space and retry; the transaction was rolled back",
-    14: "check that the path exists, is a file, and can be read",
-    18: "values in a SQLiteStore file are limited to 2,147,483,645 bytes; use smaller chunks",
-    26: "is this a .zarrdb file?",
+    SQLITE_BUSY: "another connection is writing; retry, or raise busy_timeout",
+    SQLITE_LOCKED: "another connection is writing; retry, or raise busy_timeout",
+    SQLITE_READONLY: "open the store for writing, or check the file's and its folder's permissions",
+    SQLITE_CORRUPT: "the file is damaged; restore it from a copy ('zarrdb check' lists what SQLite finds)",
+    SQLITE_FULL: "free disk space and retry; the transaction was rolled back",
+    SQLITE_CANTOPEN: "check that the path exists, is a file, and can be read",
+    SQLITE_TOOBIG: "values in a SQLiteStore file are limited to 2,147,483,645 bytes; use smaller chunks",
+    SQLITE_NOTADB: "is this a .zarrdb file?",
 }
 
 

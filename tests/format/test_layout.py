@@ -10,7 +10,7 @@ import pytest
 from zarr.core.buffer import cpu
 
 from zarrdb import SQLiteStore
-from zarrdb import store as store_module
+from zarrdb import _connections as store_module
 
 from .builders import make_store_file
 

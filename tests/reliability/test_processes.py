@@ -259,7 +259,7 @@ def test_store_used_before_fork_works_in_the_child(tmp_path, exit_how):
     store.set_sync("parent/before", buf.from_bytes(b"p"))
     assert store.get_sync("parent/before") is not None  # the parent's reader exists
     parent_conns = store._conns
-    parent_writer, parent_readers = parent_conns.writer, list(parent_conns.readers)
+    parent_writer, parent_readers = parent_conns.writing, list(parent_conns.readers)
     assert parent_writer is not None and parent_readers
 
     def child():
@@ -272,7 +272,7 @@ def test_store_used_before_fork_works_in_the_child(tmp_path, exit_how):
             "values": values.tolist(),
             "before": before,
             "own_pid": conns.pid == os.getpid(),
-            "new_writer": conns.writer is not parent_writer,
+            "new_writer": conns.writing is not parent_writer,
             "new_readers": not any(r is p for r in conns.readers for p in parent_readers),
         }
         if exit_how == "close":
@@ -286,7 +286,7 @@ def test_store_used_before_fork_works_in_the_child(tmp_path, exit_how):
     assert report["before"] == "p"
     assert report["own_pid"] and report["new_writer"] and report["new_readers"], report
     # The parent's connections are the ones it had, and they work.
-    assert store._conns is parent_conns and parent_conns.writer is parent_writer
+    assert store._conns is parent_conns and parent_conns.writing is parent_writer
     assert store.get_sync("child/key").to_bytes() == b"c"
     np.testing.assert_array_equal(arr[:], np.array([1] * 50 + [2] * 10 + [0] * 40))
     arr[60:70] = 3

@@ -173,7 +173,7 @@ def _maxrss_bytes() -> int:
 def _ingest(path: str, mib: int, pipeline: str) -> None:
     import zarr
 
-    import zarrdb.store
+    import zarrdb._writing
     from zarrdb import SQLiteStore
 
     rss_start = _maxrss_bytes()
@@ -183,22 +183,6 @@ def _ingest(path: str, mib: int, pipeline: str) -> None:
 
     config = {} if pipeline == "-" else {"codec_pipeline.path": pipeline}
     store = SQLiteStore(path)
-    stop = threading.Event()
-    high = {"queued": 0, "samples": 0, "nonzero": 0}
-
-    def sample() -> None:
-        # Read-only look at the store's queue of submissions not yet taken by a commit.
-        while not stop.is_set():
-            conns = store._conns
-            if conns is not None:
-                queued = sum(sub.nbytes for sub in list(conns.pending))
-                high["queued"] = max(high["queued"], queued)
-                high["samples"] += 1
-                high["nonzero"] += queued > 0
-            time.sleep(0.0002)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
     with zarr.config.set(config):
         arr = zarr.create_array(
             store,
@@ -211,8 +195,7 @@ def _ingest(path: str, mib: int, pipeline: str) -> None:
         t0 = time.perf_counter()
         arr[:] = data  # 1 MiB chunks
         seconds = time.perf_counter() - t0
-    stop.set()
-    sampler.join()
+    stats = store._conns.writing.writer.stats()
     rss_written = _maxrss_bytes()
     store.close()
     rss_closed = _maxrss_bytes()
@@ -231,10 +214,8 @@ def _ingest(path: str, mib: int, pipeline: str) -> None:
                 "rss_data": rss_data,
                 "rss_written": rss_written,
                 "rss_closed": rss_closed,
-                "queued_high_water": high["queued"],
-                "samples": high["samples"],
-                "nonzero_samples": high["nonzero"],
-                "group_commit_max_bytes": zarrdb.store.GROUP_COMMIT_MAX_BYTES,
+                "queued_high_water": stats["max_queued_bytes"],
+                "queue_max_bytes": zarrdb._writing.QUEUE_MAX_BYTES,
                 "seconds": seconds,
                 "equal": equal,
             }

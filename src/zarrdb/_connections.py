@@ -1,0 +1,351 @@
+"""The connections of one store in one process.
+
+- Opening: a missing file is created atomically (built under a temporary name beside it and
+  linked into place, so a crash leaves no file or a whole empty SQLiteStore file); an existing
+  one is checked against the SQLiteStore 1.0 rules.
+- Reads: each thread gets its own read connection, opened lazily; when a thread ends, its
+  connection goes to the next thread that reads.
+- Writes: the write connection belongs to the engine's writer thread (see _writing.py).
+- Closing, on every path (close(), garbage collection of an unclosed store, interpreter exit):
+  everything queued is committed, the write-ahead log is copied into the file, and the file is
+  put back in DELETE journal mode, so one self-contained file remains.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import threading
+import warnings
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+from zarrdb import _format, errors
+from zarrdb._core import Database
+from zarrdb._writing import Writing
+
+# New files get 64 KiB pages: a large value (a shard) is a chain of 16 times fewer overflow
+# pages, so a byte range deep inside it is reached quickly and partial reads stay flat as shards
+# grow from 1 to 16 MiB; large values also write faster (benchmarks/tunables.py).
+DEFAULT_PAGE_SIZE = 65536
+# New files keep a pointer map (SQLite's incremental auto-vacuum, which also lets deletes give
+# free pages back): with it SQLite finds the next overflow page of a value without reading the
+# current one, so a byte range near the end of a shard costs a few lookups in one hot page
+# instead of touching every page of the chain. Random windows out of 4 and 16 MiB shards
+# measured 5% and 8% faster; ingest of small chunks about 2% slower.
+AUTO_VACUUM = "incremental"
+# Page cache per connection, KiB (SQLite's default of 2 MiB holds only 31 pages of 64 KiB;
+# reads mostly go through mmap, so more buys little: benchmarks/tunables.py).
+DEFAULT_CACHE_KIB = 16384
+# Read connections map this much of the file into memory: a value is copied straight from the
+# OS page cache, and a byte range deep in a large value costs no page reads to reach.
+DEFAULT_MMAP_BYTES = 256 * 1024 * 1024
+
+# Every Connections object alive in this process, for closing siblings on the same file.
+_live: weakref.WeakSet[Connections] = weakref.WeakSet()
+
+
+class _Lease:
+    """Held in a thread's thread-local storage while the thread uses a read connection."""
+
+    __slots__ = ("__weakref__",)
+
+
+def _return_reader(conns_ref: weakref.ref, db: Database) -> None:
+    conns = conns_ref()
+    if conns is None or db.closed:
+        return
+    with conns.readers_lock:
+        if any(db is open_db for open_db in conns.readers):
+            conns.idle_readers.append(db)
+
+
+class Connections:
+    """The connections of one store in one process."""
+
+    def __init__(self, path: str, read_only: bool, options: dict[str, Any]) -> None:
+        self.store_path = path
+        self.options = options
+        self.read_only = read_only
+        self.pid = os.getpid()
+        self.local = threading.local()
+        self.readers: list[Database] = []  # every open read connection
+        self.idle_readers: list[Database] = []  # those whose thread has ended
+        self.readers_lock = threading.Lock()
+        self.writing: Writing | None = None
+        self.closed = False
+        _live.add(self)
+
+    # --- opening --------------------------------------------------------------------------
+
+    def open(self) -> None:
+        path = self.store_path
+        opts = self.options
+        if os.path.isdir(path):
+            raise errors.CantOpenError(
+                f"{path!r} is a directory; a SQLiteStore is a single file (for a directory "
+                "of chunk files use zarr.storage.LocalStore)",
+                code=errors.SQLITE_CANTOPEN,
+                filename=path,
+            )
+        if self.read_only:
+            self._open_read_only()
+            return
+        if not os.path.exists(path):
+            _create(path, opts)
+        db = Database(
+            path,
+            mode="c",
+            busy_timeout=opts["busy_timeout"],
+            cache_size=opts["cache_size"],
+            synchronous=opts["durability"],
+        )
+        try:
+            facts = _format.read_facts(db)
+            if facts.is_empty:  # an empty file made by someone else: initialise it in place
+                _initialise(db, opts, path)
+            else:
+                _format.warn(_format.validate(facts, path=path, writable=True))
+            wanted = opts["journal"]
+            mode = db.journal_mode(wanted)
+            if mode != wanted:
+                raise errors.SQLiteError(
+                    f"cannot switch {path!r} to journal mode {wanted!r} (got {mode!r}; another "
+                    "connection may have it open in another mode)"
+                )
+            checkpointer = None
+            if mode == "wal":
+                checkpointer = Database(
+                    path,
+                    mode="w",
+                    busy_timeout=opts["busy_timeout"],
+                    synchronous=opts["durability"],
+                )
+            try:
+                self.writing = Writing(db, checkpointer)
+            except BaseException:
+                if checkpointer is not None:
+                    checkpointer.close()
+                raise
+        except BaseException:
+            db.close()
+            raise
+
+    def _open_read_only(self) -> None:
+        path = self.store_path
+        opts = self.options
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no such SQLiteStore file: {path!r}")
+        db = Database(
+            path,
+            mode="r",
+            immutable=opts["immutable"],
+            busy_timeout=opts["busy_timeout"],
+            cache_size=opts["cache_size"],
+            mmap_size=opts["mmap_size"],
+        )
+        try:
+            notes = _format.validate(_format.read_facts(db), path=path, writable=False)
+        except BaseException:
+            db.close()
+            raise
+        _format.warn(notes)
+        with self.readers_lock:
+            self.readers.append(db)
+        self._lease(db)
+
+    def _new_reader(self) -> Database:
+        """A read connection for the calling thread: one a finished thread left, or a new one."""
+        db = None
+        with self.readers_lock:
+            while self.idle_readers and db is None:
+                candidate = self.idle_readers.pop()
+                if not candidate.closed:
+                    db = candidate
+        if db is None:
+            opts = self.options
+            db = Database(
+                self.store_path,
+                mode="r" if self.read_only else "w",
+                immutable=opts["immutable"],
+                busy_timeout=opts["busy_timeout"],
+                cache_size=opts["cache_size"],
+                mmap_size=opts["mmap_size"],
+            )
+            with self.readers_lock:
+                self.readers.append(db)
+        self._lease(db)
+        return db
+
+    def _lease(self, db: Database) -> None:
+        """Make `db` the calling thread's reader until the thread ends; then it goes back to
+        the idle pool (a thread's thread-local values are dropped when it ends), so threads
+        that come and go do not each leave a connection open."""
+        self.local.reader = db
+        lease = _Lease()
+        weakref.finalize(lease, _return_reader, weakref.ref(self), db).atexit = False
+        self.local.lease = lease
+
+    # --- the connection for this call ----------------------------------------------------------
+
+    def reader(self) -> Database:
+        """The calling thread's read connection."""
+        db = getattr(self.local, "reader", None)
+        if db is None or db.closed:
+            db = self._new_reader()
+        return db
+
+    def in_transaction(self) -> bool:
+        return self.writing is not None and self.writing.in_transaction()
+
+    @contextlib.contextmanager
+    def read_connection(self) -> Iterator[Database]:
+        """The connection a read uses: the write connection for a caller inside the open
+        transaction (so it sees the transaction's own writes), else this thread's reader."""
+        if self.writing is not None and self.writing.in_transaction():
+            with self.writing.hold() as db:  # after the writes queued before the read
+                yield db
+        else:
+            yield self.reader()
+
+    @contextlib.contextmanager
+    def write_connection(self) -> Iterator[Database]:
+        """The write connection, once everything queued is committed (for maintenance)."""
+        writing = self.writing
+        assert writing is not None
+        writing.wait_for_other_transaction()
+        with writing.hold() as db:
+            yield db
+
+    # --- closing -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every connection of this process; a writer commits what is queued and leaves
+        the file in DELETE mode. Idempotent; in a forked child it touches nothing."""
+        if self.pid != os.getpid() or self.closed:
+            return
+        self.closed = True
+        with self.readers_lock:
+            readers, self.readers = self.readers, []
+            self.idle_readers = []
+        for db in readers:
+            db.close()
+        writing, self.writing = self.writing, None
+        if writing is None:
+            return
+        writing.close()  # commits everything queued and stops the thread
+        db = writing.db
+        try:
+            if writing.writer.touch_skipped:
+                with contextlib.suppress(errors.ZarrDBError):
+                    # Best effort: the data is committed already; a stale modified_at (which
+                    # readers must not rely on) is no reason to fail closing.
+                    with db.transaction():
+                        db.execute(_format.TOUCH_MODIFIED_AT)
+            _release_siblings(self)
+            try:
+                db.checkpoint("truncate")
+                db.journal_mode("delete")
+            except errors.DatabaseLockedError:
+                # Another connection still has the file open; the last one to close
+                # checkpoints it.
+                pass
+            except errors.ZarrDBError as exc:
+                warnings.warn(
+                    f"{self.store_path!r} stays in WAL mode: closing could not copy the "
+                    f"write-ahead log into the file ({exc.__class__.__name__}: "
+                    f"{getattr(exc, 'sqlite_message', exc)}). Every committed write is safe "
+                    "in the -wal file beside it; open and close the store again once the "
+                    "problem (e.g. a full disk) is solved to get one file.",
+                    UserWarning,
+                    stacklevel=4,
+                )
+        finally:
+            db.close()
+
+
+def _release_siblings(closing: Connections) -> None:
+    """Close the idle read connections other stores of this process hold on the same file (they
+    reopen by themselves when used again), so the closing writer can leave the file in DELETE
+    mode. zarr makes such stores itself, e.g. the read-only copy behind open_group(mode="r")."""
+    for conns in list(_live):
+        if conns is closing or conns.closed or conns.store_path != closing.store_path:
+            continue
+        if conns.pid != closing.pid or conns.writing is not None:
+            continue
+        with conns.readers_lock:
+            readers, conns.readers = conns.readers, []
+            conns.idle_readers = []
+        for db in readers:
+            try:
+                db.close()
+            except errors.ConcurrentUseError:
+                with conns.readers_lock:
+                    conns.readers.append(db)
+
+
+# --- creating a file -----------------------------------------------------------------------------
+
+
+def _initialise(db: Database, opts: dict[str, Any], path: str) -> None:
+    """Give an empty database the SQLiteStore schema and metadata, in one transaction."""
+    from zarrdb import __version__
+
+    db.pragma("page_size", int(opts["page_size"] or DEFAULT_PAGE_SIZE))
+    db.pragma("auto_vacuum", AUTO_VACUUM)  # before the first table: only an empty file takes it
+    # SQLite sized the cache in pages of the old size: size it again in KiB.
+    db.pragma("cache_size", -int(opts["cache_size"]))
+    with db.transaction():
+        facts = _format.read_facts(db)  # another process may have won the race
+        if not facts.is_empty:
+            _format.warn(_format.validate(facts, path=path, writable=True))
+            return
+        db.pragma("application_id", _format.APPLICATION_ID)
+        db.executescript(_format.SCHEMA)
+        for key, value in _format.initial_metadata(f"zarrdb {__version__}"):
+            db.execute(f"INSERT INTO {_format.METADATA_TABLE}(k, v) VALUES (?, ?)", (key, value))
+
+
+def _create(path: str, opts: dict[str, Any]) -> None:
+    """Create an empty SQLiteStore file at `path` atomically: it is built and synced under a
+    temporary name in the same directory, then linked to `path` (which fails if another process
+    created it meanwhile: then that file is used). A crash leaves no file at `path`, or a whole
+    one; at worst a hidden temporary file beside it."""
+    directory, name = os.path.split(path)
+    temporary = os.path.join(directory, f".{name}.creating-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        db = Database(temporary, mode="c", busy_timeout=opts["busy_timeout"], synchronous="full")
+        try:
+            _initialise(db, opts, path)
+        finally:
+            db.close()
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return  # created by someone else meanwhile
+        except OSError:
+            # No hard links here (some network and FAT file systems): rename, which on POSIX
+            # would replace a file created meanwhile, so check first (a small window).
+            if os.path.exists(path):
+                return
+            os.rename(temporary, path)
+        _sync_directory(directory)
+    finally:
+        for leftover in (temporary, temporary + "-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+
+
+def _sync_directory(directory: str) -> None:
+    """Make a new directory entry durable (POSIX; Windows has no directory handles to sync)."""
+    if os.name != "posix":
+        return
+    fd = os.open(directory or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on directories
+        pass
+    finally:
+        os.close(fd)

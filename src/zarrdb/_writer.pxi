@@ -1,0 +1,1199 @@
+# The writer: one C thread per writable database that owns the write connection and never
+# holds the GIL. Included into _core.pyx (one compiled unit with SQLite).
+#
+# A caller's writes (a "submission": one or more set/delete operations) are queued with the
+# caller's buffers (no copy). The thread takes everything queued (up to a byte limit), writes
+# it in one transaction and commits (group commit), then reports completion:
+# - to an event loop through a completion port: a file descriptor the loop watches with
+#   add_reader; its callback drains the port, settles the futures and releases the buffers;
+# - to a synchronous caller through a condition variable it waits on with the GIL released.
+# While an explicit transaction is open, the operations of its participants (marked with its
+# token) are written inside it under a savepoint per batch, and everyone else's wait in a
+# deferred list until it ends. Python code that needs the connection itself (transactions,
+# reads inside them, maintenance, closing) holds it through Writer.hold()/release(): the thread
+# finishes its batch and waits.
+
+cdef extern from "_zthreads.h" nogil:
+    ctypedef struct zt_mutex:
+        pass
+    ctypedef struct zt_cond:
+        pass
+    ctypedef struct zt_thread:
+        pass
+    void zt_mutex_init(zt_mutex* m)
+    void zt_mutex_destroy(zt_mutex* m)
+    void zt_mutex_lock(zt_mutex* m)
+    void zt_mutex_unlock(zt_mutex* m)
+    void zt_cond_init(zt_cond* c)
+    void zt_cond_destroy(zt_cond* c)
+    void zt_cond_wait(zt_cond* c, zt_mutex* m)
+    int zt_cond_wait_ms(zt_cond* c, zt_mutex* m, long ms)
+    void zt_cond_signal(zt_cond* c)
+    void zt_cond_broadcast(zt_cond* c)
+    int zt_thread_start(zt_thread* t, void (*fn)(void*) noexcept nogil, void* arg)
+    void zt_thread_join(zt_thread t)
+    int64_t zt_monotonic_ms()
+    int64_t zt_monotonic_us()
+    int zt_cond_wait_us(zt_cond* c, zt_mutex* m, int64_t us)
+    int ZT_HAVE_WAKE_FD
+    int zt_wake_open(int* rfd, int* wfd)
+    void zt_wake_close(int rfd, int wfd)
+    void zt_wake_signal(int wfd)
+    void zt_wake_clear(int rfd)
+
+# Operation kinds.
+cdef enum:
+    W_SET = 1
+    W_SET_IF_ABSENT = 2
+    W_DELETE = 3
+    W_DELETE_RANGE = 4  # key: lower bound (inclusive), value: upper bound (exclusive) or none
+
+# Result codes of our own (SQLite's are all below 1 << 16 with extended codes).
+cdef enum:
+    W_ERR_CLOSED = -101  # the writer closed before the operation could run
+    W_ERR_NO_TRANSACTION = -102  # the explicit transaction was rolled back by an earlier error
+    W_ERR_NOMEM = -103
+
+cdef enum:
+    SUB_QUEUED = 0
+    SUB_RUNNING = 1
+    SUB_DONE = 2
+
+cdef struct WOp:
+    int kind
+    const char* key
+    Py_ssize_t nkey
+    const char* val
+    Py_ssize_t nval
+    bint has_val
+
+cdef struct WPort:
+    int rfd
+    int wfd
+    int signaled
+    int closed
+    WSub* done_head
+    WSub* done_tail
+
+cdef struct WSub:
+    WSub* next
+    WSub* done_next
+    WOp* ops
+    Py_ssize_t nops
+    int64_t nbytes
+    int64_t txn
+    int64_t seq
+    int64_t queued_at  # monotonic microseconds
+    bint hinted  # its submitter calls Writer.flush() once it has queued what it has
+    int state
+    int rc
+    int xrc
+    Py_ssize_t failed
+    char* errmsg
+    int64_t changes
+    WPort* port
+
+cdef struct WState:
+    zt_mutex mu
+    zt_cond work  # the thread waits here for work (or for a hold to end)
+    zt_cond done  # callers wait here: for their submission, for room, for the connection
+    zt_thread thread
+    WSub* head
+    WSub* tail
+    WSub* dhead
+    WSub* dtail
+    int64_t queued_bytes
+    int64_t queue_max
+    int64_t batch_max
+    Py_ssize_t batch_max_subs
+    int64_t txn
+    int64_t next_seq
+    int64_t done_seq
+    int64_t hold_limit  # >= 0: take no submission with a later sequence number
+    int hold_waiters
+    int busy
+    int held
+    int stop
+    # the batch being written
+    WSub** batch
+    Py_ssize_t batch_n
+    Py_ssize_t batch_cap
+    int64_t batch_bytes
+    int64_t batch_last_seq
+    bint batch_hinted  # every submission in the batch is hinted
+    # group commit of hinted submissions: the batch stays open (its writes applied as they
+    # come) until the submitters' flush() covers it, at most max_age_us after it began
+    int64_t flush_seq
+    int64_t max_age_us
+    # the connection and what the thread runs on it
+    sqlite3* db
+    sqlite3_stmt* st_set
+    sqlite3_stmt* st_set_zb
+    sqlite3_stmt* st_set_if_absent
+    sqlite3_stmt* st_set_if_absent_zb
+    sqlite3_stmt* st_delete
+    sqlite3_stmt* st_delete_all
+    sqlite3_stmt* st_delete_range
+    sqlite3_stmt* st_begin
+    sqlite3_stmt* st_commit
+    sqlite3_stmt* st_rollback
+    sqlite3_stmt* st_savepoint
+    sqlite3_stmt* st_release
+    sqlite3_stmt* st_rollback_to
+    sqlite3_stmt* st_touch
+    int64_t blob_min
+    int64_t touch_every_ms
+    int64_t touched_at
+    int touch_skipped
+    # statistics
+    int64_t n_batches
+    int64_t n_subs
+    int64_t n_retries
+    int64_t max_batch_subs
+    int64_t max_queued_bytes
+    int64_t n_lingered
+    # the checkpointer: a second connection and thread that copy the write-ahead log into the
+    # file beside ingest (SQLite would otherwise do it inside a commit, every 1000 pages)
+    sqlite3* ck_db
+    zt_thread ck_thread
+    zt_cond ck_cv
+    bint ck_started
+    bint ck_wanted
+    bint ck_running
+    int64_t ck_every  # frames: ask for a checkpoint when the log has this many
+    int64_t ck_limit  # frames: a commit waits for the checkpointer above this many
+    int64_t wal_frames  # frames in the log after the last commit
+    int64_t ck_backfilled  # frames the last checkpoint copied (of the log it saw)
+    int64_t ck_log  # frames in the log the last checkpoint saw
+    int64_t n_checkpoints
+    int64_t n_ck_waits
+    int64_t max_wal_frames
+
+
+cdef const char* _EMPTY = b""
+
+
+cdef int _step_done(sqlite3_stmt* st) noexcept nogil:
+    cdef int rc = sqlite3_step(st)
+    sqlite3_reset(st)
+    return SQLITE_OK if rc == SQLITE_DONE else rc
+
+
+cdef int _bind_key(sqlite3_stmt* st, int i, const char* p, Py_ssize_t n) noexcept nogil:
+    return sqlite3_bind_text64(st, i, p, n, SQLITE_STATIC, SQLITE_UTF8)
+
+
+cdef int _write_large(WState* w, WOp* op, int64_t* changes) noexcept nogil:
+    """A large value: the row is inserted with a zero-filled value of the right length, then
+    the bytes are written into its pages with the blob API. SQLite would otherwise first copy
+    the whole value into a record buffer of its own (a fresh allocation as large as the value)."""
+    cdef sqlite3_stmt* st = w.st_set_zb if op.kind == W_SET else w.st_set_if_absent_zb
+    cdef sqlite3_blob* blob = NULL
+    cdef int64_t rowid = 0
+    cdef int rc
+    cdef int inserted = 0
+    _bind_key(st, 1, op.key, op.nkey)
+    sqlite3_bind_int64(st, 2, op.nval)
+    rc = sqlite3_step(st)
+    if rc == SQLITE_ROW:
+        rowid = sqlite3_column_int64(st, 0)
+        inserted = 1
+        rc = sqlite3_step(st)
+    sqlite3_reset(st)
+    if rc != SQLITE_DONE:
+        return rc
+    if not inserted:
+        return SQLITE_OK  # set_if_absent of a key that exists
+    changes[0] += 1
+    rc = sqlite3_blob_open(w.db, "main", "zarr", "v", rowid, 1, &blob)
+    if rc == SQLITE_OK:
+        rc = sqlite3_blob_write(blob, op.val, <int>op.nval, 0)
+        if rc == SQLITE_OK:
+            rc = sqlite3_blob_close(blob)
+        else:
+            sqlite3_blob_close(blob)
+    return rc
+
+
+cdef int _apply_op(WState* w, WOp* op, int64_t* changes) noexcept nogil:
+    cdef sqlite3_stmt* st
+    cdef int rc
+    cdef const char* val
+    if op.kind == W_SET or op.kind == W_SET_IF_ABSENT:
+        if op.nval >= w.blob_min:
+            return _write_large(w, op, changes)
+        st = w.st_set if op.kind == W_SET else w.st_set_if_absent
+        val = op.val if op.val != NULL else _EMPTY  # a NULL pointer would bind SQL NULL
+        _bind_key(st, 1, op.key, op.nkey)
+        sqlite3_bind_blob64(st, 2, val, op.nval, SQLITE_STATIC)
+        rc = sqlite3_step(st)
+        if rc == SQLITE_DONE:
+            changes[0] += sqlite3_changes(w.db)
+        sqlite3_reset(st)
+        return SQLITE_OK if rc == SQLITE_DONE else rc
+    if op.kind == W_DELETE:
+        st = w.st_delete
+        _bind_key(st, 1, op.key, op.nkey)
+    elif op.nkey == 0:
+        st = w.st_delete_all
+    else:
+        st = w.st_delete_range
+        _bind_key(st, 1, op.key, op.nkey)
+        _bind_key(st, 2, op.val, op.nval)
+    rc = sqlite3_step(st)
+    if rc == SQLITE_DONE:
+        changes[0] += sqlite3_changes(w.db)
+    sqlite3_reset(st)
+    return SQLITE_OK if rc == SQLITE_DONE else rc
+
+
+cdef void _fail(WState* w, WSub* s, int rc, Py_ssize_t failed) noexcept nogil:
+    """Record `rc` (and SQLite's message, which must still be the connection's) on `s`."""
+    s.rc = rc
+    s.failed = failed
+    if rc > 0:
+        s.xrc = sqlite3_extended_errcode(w.db)
+        if s.errmsg != NULL:
+            sqlite3_free(s.errmsg)
+        s.errmsg = sqlite3_mprintf("%s", sqlite3_errmsg(w.db))
+    else:
+        s.xrc = rc
+
+
+cdef void _touch(WState* w) noexcept nogil:
+    """Write modified_at inside the batch's transaction when it is due; a failure here is not
+    the callers' (their data is what the transaction is for)."""
+    cdef int64_t now
+    if w.st_touch == NULL:
+        return
+    now = zt_monotonic_ms()
+    if w.touched_at >= 0 and now - w.touched_at < w.touch_every_ms:
+        w.touch_skipped = 1
+        return
+    if _step_done(w.st_touch) == SQLITE_OK:
+        w.touched_at = now
+        w.touch_skipped = 0
+
+
+cdef int _begin(WState* w, bint joined) noexcept nogil:
+    """Open the batch's transaction (or, inside the open explicit one, its savepoint)."""
+    if joined:
+        if sqlite3_get_autocommit(w.db):
+            # SQLite rolled the explicit transaction back after an earlier error: writing now
+            # would commit each batch on its own.
+            return W_ERR_NO_TRANSACTION
+        return _step_done(w.st_savepoint)
+    return _step_done(w.st_begin)
+
+
+cdef int _apply(WState* w, WSub** subs, Py_ssize_t start, Py_ssize_t stop,
+                Py_ssize_t* bad_sub, Py_ssize_t* bad_op) noexcept nogil:
+    """Run the operations of subs[start:stop] inside the open transaction."""
+    cdef int rc = SQLITE_OK
+    cdef Py_ssize_t i, j
+    cdef int64_t changes
+    for i in range(start, stop):
+        changes = 0
+        for j in range(subs[i].nops):
+            rc = _apply_op(w, &subs[i].ops[j], &changes)
+            if rc != SQLITE_OK:
+                bad_sub[0] = i
+                bad_op[0] = j
+                break
+        subs[i].changes = changes
+        if rc != SQLITE_OK:
+            return rc
+    return SQLITE_OK
+
+
+cdef int _end(WState* w, WSub** subs, Py_ssize_t n, bint joined, int rc,
+              Py_ssize_t bad_sub, Py_ssize_t bad_op) noexcept nogil:
+    """Commit (or release) the batch if `rc` is OK so far; on any failure roll it back and
+    record the error on every submission (the failing one with its failing operation)."""
+    cdef Py_ssize_t i
+    if rc == SQLITE_OK:
+        if joined:
+            rc = _step_done(w.st_release)
+        else:
+            _touch(w)
+            rc = _step_done(w.st_commit)
+    if rc == SQLITE_OK:
+        for i in range(n):
+            subs[i].rc = SQLITE_OK
+        return SQLITE_OK
+    for i in range(n):
+        _fail(w, subs[i], rc, bad_op if i == bad_sub else -1)
+    # Undo what the batch did (SQLite may have rolled back already).
+    if joined:
+        if not sqlite3_get_autocommit(w.db):
+            _step_done(w.st_rollback_to)
+            _step_done(w.st_release)
+    elif not sqlite3_get_autocommit(w.db):
+        _step_done(w.st_rollback)
+    return rc
+
+
+cdef int _run(WState* w, WSub** subs, Py_ssize_t n, bint joined) noexcept nogil:
+    """Write `subs` in one transaction (or one savepoint inside the open explicit one)."""
+    cdef Py_ssize_t bad_sub = -1
+    cdef Py_ssize_t bad_op = -1
+    cdef int rc = _begin(w, joined)
+    if rc == SQLITE_OK:
+        rc = _apply(w, subs, 0, n, &bad_sub, &bad_op)
+    return _end(w, subs, n, joined, rc, bad_sub, bad_op)
+
+
+cdef void _retry_alone(WState* w, WSub** subs, Py_ssize_t n, bint joined, int rc) noexcept nogil:
+    """After a failed batch: one caller's failing write must not fail the others, so each is
+    written alone. A lock that did not clear in time would only be waited for again, once per
+    caller: that error is everyone's."""
+    cdef Py_ssize_t i
+    if n == 1:
+        return
+    if (rc & 0xFF) == SQLITE_BUSY or (rc & 0xFF) == SQLITE_LOCKED or rc == W_ERR_NO_TRANSACTION:
+        return
+    w.n_retries += 1
+    for i in range(n):
+        _run(w, &subs[i], 1, joined)
+
+
+cdef void _signal_port(WSub* s) noexcept nogil:
+    """Hand a finished submission to its port (under the writer's mutex)."""
+    cdef WPort* p = s.port
+    if p == NULL:
+        return
+    s.done_next = NULL
+    if p.done_tail == NULL:
+        p.done_head = s
+    else:
+        p.done_tail.done_next = s
+    p.done_tail = s
+    if not p.signaled:
+        p.signaled = 1
+        if p.wfd >= 0:
+            zt_wake_signal(p.wfd)
+
+
+cdef inline bint _can_take(WState* w) noexcept nogil:
+    return (w.head != NULL and not w.held and
+            (w.stop or w.hold_limit < 0 or w.head.seq <= w.hold_limit))
+
+
+cdef Py_ssize_t _take(WState* w) noexcept nogil:
+    """Move queued submissions into the batch (under the mutex): everything that can be taken,
+    up to batch_max bytes, at least one if the batch is empty. Returns how many it took; -1 if
+    there is no memory for the batch array."""
+    cdef Py_ssize_t taken = 0
+    cdef WSub* s
+    cdef WSub** grown
+    while _can_take(w) and (w.batch_n == 0 or (w.batch_bytes + w.head.nbytes <= w.batch_max
+                                               and w.batch_n < w.batch_max_subs)):
+        if w.batch_n == w.batch_cap:
+            grown = <WSub**>realloc(w.batch, (w.batch_cap * 2 + 16) * sizeof(WSub*))
+            if grown == NULL:
+                return -1 if w.batch_n == 0 else taken
+            w.batch = grown
+            w.batch_cap = w.batch_cap * 2 + 16
+        s = w.head
+        w.head = s.next
+        if w.head == NULL:
+            w.tail = NULL
+        s.next = NULL
+        s.state = SUB_RUNNING
+        w.batch[w.batch_n] = s
+        w.batch_n += 1
+        w.batch_bytes += s.nbytes
+        w.batch_last_seq = s.seq
+        if not s.hinted:
+            w.batch_hinted = False
+        taken += 1
+    return taken
+
+
+cdef inline bint _keep_lingering(WState* w, bint joined) noexcept nogil:
+    return (not w.stop and not w.held and w.hold_waiters == 0 and (w.txn != 0) == joined
+            and w.batch_bytes < w.batch_max and w.batch_n < w.batch_max_subs)
+
+
+cdef void _finish_batch(WState* w) noexcept nogil:
+    """Mark the batch's submissions done and hand them to their callers (under the mutex)."""
+    cdef Py_ssize_t k
+    cdef WSub* s
+    w.n_batches += 1
+    w.n_subs += w.batch_n
+    if w.batch_n > w.max_batch_subs:
+        w.max_batch_subs = w.batch_n
+    for k in range(w.batch_n):
+        s = w.batch[k]
+        w.queued_bytes -= s.nbytes
+        if s.seq > w.done_seq:
+            w.done_seq = s.seq
+        s.state = SUB_DONE
+        _signal_port(s)
+    w.batch_n = 0
+    w.batch_bytes = 0
+    w.batch_hinted = True
+    zt_cond_broadcast(&w.done)
+
+
+cdef int _wal_hook(void* arg, sqlite3* db, const char* name, int frames) noexcept nogil:
+    """Called by SQLite in the writer thread after each commit in WAL mode (in place of its
+    automatic checkpoint): wakes the checkpointer when the log is long, and holds the writer
+    back while the log is over its limit, until the checkpointer has copied it (the next write
+    transaction then starts the log over)."""
+    cdef WState* w = <WState*>arg
+    cdef int attempts
+    zt_mutex_lock(&w.mu)
+    w.wal_frames = frames
+    if frames > w.max_wal_frames:
+        w.max_wal_frames = frames
+    if frames >= w.ck_every and not w.ck_running:
+        w.ck_wanted = True
+        zt_cond_signal(&w.ck_cv)
+    if frames >= w.ck_limit:
+        w.n_ck_waits += 1
+        attempts = 0
+        while not w.stop and not (w.ck_log >= frames and w.ck_backfilled >= w.ck_log):
+            if not w.ck_running and not w.ck_wanted:
+                if attempts == 3:
+                    break  # a reader keeps old frames in use: go on, the log grows meanwhile
+                attempts += 1
+                w.ck_wanted = True
+                zt_cond_signal(&w.ck_cv)
+            zt_cond_wait_us(&w.done, &w.mu, 100000)
+    zt_mutex_unlock(&w.mu)
+    return SQLITE_OK
+
+
+cdef void _checkpointer_main(void* arg) noexcept nogil:
+    cdef WState* w = <WState*>arg
+    cdef int log = 0
+    cdef int done = 0
+    cdef int rc
+    zt_mutex_lock(&w.mu)
+    while True:
+        while not w.ck_wanted and not w.stop:
+            zt_cond_wait(&w.ck_cv, &w.mu)
+        if w.stop:
+            break
+        w.ck_wanted = False
+        w.ck_running = True
+        zt_mutex_unlock(&w.mu)
+        # PASSIVE: copies what no reader still needs, never waits for or blocks the writer.
+        rc = sqlite3_wal_checkpoint_v2(w.ck_db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done)
+        zt_mutex_lock(&w.mu)
+        w.ck_running = False
+        w.n_checkpoints += 1
+        if rc == SQLITE_OK:
+            w.ck_log = log
+            w.ck_backfilled = done
+        zt_cond_broadcast(&w.done)
+    zt_mutex_unlock(&w.mu)
+
+
+cdef void _writer_main(void* arg) noexcept nogil:
+    cdef WState* w = <WState*>arg
+    cdef WSub* s
+    cdef WSub* nxt
+    cdef bint joined
+    cdef int rc
+    cdef Py_ssize_t applied, taken
+    cdef Py_ssize_t bad_sub, bad_op
+    cdef int64_t started, waited
+    zt_mutex_lock(&w.mu)
+    w.batch_hinted = True
+    while True:
+        while not _can_take(w) and not (w.stop and w.head == NULL and not w.held):
+            zt_cond_wait(&w.work, &w.mu)
+        if not _can_take(w):
+            break  # stopping, and nothing is left
+        if _take(w) < 0:  # no memory for the batch array: fail the first submission
+            s = w.head
+            w.head = s.next
+            if w.head == NULL:
+                w.tail = NULL
+            s.next = NULL
+            s.rc = s.xrc = W_ERR_NOMEM
+            w.queued_bytes -= s.nbytes
+            if s.seq > w.done_seq:
+                w.done_seq = s.seq
+            s.state = SUB_DONE
+            _signal_port(s)
+            zt_cond_broadcast(&w.done)
+            continue
+        joined = w.txn != 0
+        started = zt_monotonic_us()
+        w.busy = 1
+        zt_mutex_unlock(&w.mu)
+
+        bad_sub = bad_op = -1
+        applied = 0
+        rc = _begin(w, joined)
+        while rc == SQLITE_OK:
+            rc = _apply(w, w.batch, applied, w.batch_n, &bad_sub, &bad_op)
+            applied = w.batch_n
+            if rc != SQLITE_OK:
+                break
+            # Hinted submissions come from event loops, which queue a burst of writes in one
+            # turn (zarr's gathered chunk writes) and then say so with flush(): the batch stays
+            # open until then, its writes applied as they arrive, so one commit carries the
+            # whole burst. Anything else is committed at once (with whatever queued meanwhile).
+            zt_mutex_lock(&w.mu)
+            taken = 0
+            while w.batch_hinted and _keep_lingering(w, joined):
+                if _can_take(w):
+                    taken = _take(w)
+                    break
+                if w.flush_seq >= w.batch_last_seq:
+                    break
+                waited = zt_monotonic_us() - started
+                if waited >= w.max_age_us:
+                    break
+                zt_cond_wait_us(&w.work, &w.mu, w.max_age_us - waited)
+            zt_mutex_unlock(&w.mu)
+            if taken <= 0:
+                break
+            w.n_lingered += 1
+        rc = _end(w, w.batch, w.batch_n, joined, rc, bad_sub, bad_op)
+        if rc != SQLITE_OK:
+            _retry_alone(w, w.batch, w.batch_n, joined, rc)
+
+        zt_mutex_lock(&w.mu)
+        w.busy = 0
+        _finish_batch(w)
+    # Stopping: whatever still waits for a transaction that will never end fails.
+    s = w.dhead
+    w.dhead = w.dtail = NULL
+    while s != NULL:
+        nxt = s.next
+        s.rc = s.xrc = W_ERR_CLOSED
+        s.state = SUB_DONE
+        _signal_port(s)
+        s = nxt
+    zt_cond_broadcast(&w.done)
+    zt_mutex_unlock(&w.mu)
+
+
+cdef void _enqueue_ready(WState* w, WSub* s) noexcept nogil:
+    s.next = NULL
+    s.queued_at = zt_monotonic_us()
+    w.next_seq += 1
+    s.seq = w.next_seq
+    w.queued_bytes += s.nbytes
+    if w.queued_bytes > w.max_queued_bytes:
+        w.max_queued_bytes = w.queued_bytes
+    if w.tail == NULL:
+        w.head = s
+    else:
+        w.tail.next = s
+    w.tail = s
+
+
+cdef class Submission:
+    """One caller's writes, queued on a Writer. `future` is the caller's (the store settles it
+    when the submission comes out of its Port)."""
+
+    cdef WSub* sub
+    cdef Py_buffer* views
+    cdef Py_ssize_t nviews
+    cdef list keep  # the objects the queued pointers point into
+    cdef list names  # each operation's key (or prefix), for messages
+    cdef Writer writer
+    cdef bint queued
+    cdef bint finished
+    cdef public object future
+
+    def __cinit__(self):
+        self.sub = NULL
+        self.views = NULL
+        self.nviews = 0
+        self.queued = False
+        self.finished = False
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self.queued and self.sub.state != SUB_DONE:
+            # Still in a writer's hands (in a forked child, the parent's): leaking beats
+            # freeing memory another thread may read.
+            return
+        for i in range(self.nviews):
+            PyBuffer_Release(&self.views[i])
+        free(self.views)
+        if self.sub != NULL:
+            if self.sub.errmsg != NULL:
+                sqlite3_free(self.sub.errmsg)
+            free(self.sub.ops)
+            free(self.sub)
+
+    @property
+    def done(self):
+        return self.sub.state == SUB_DONE
+
+    @property
+    def changes(self):
+        """Rows the submission wrote or deleted (once done)."""
+        return self.sub.changes
+
+    cdef int _finish(self) except -1:
+        """Release the buffers, once the writer is done with them."""
+        cdef Py_ssize_t i
+        if self.finished:
+            return 0
+        self.finished = True
+        for i in range(self.nviews):
+            PyBuffer_Release(&self.views[i])
+        self.nviews = 0
+        self.keep = None
+        if self.sub.port == NULL:
+            # No port lists it: the writer's reference can go. (A port's finished list
+            # points at the submission until the port is drained, which drops it then.)
+            self.writer._owners.pop(<Py_ssize_t>self.sub, None)
+        return 0
+
+    def wait(self):
+        """Block (GIL released) until the writer is done with this submission; raise its error
+        if it failed."""
+        cdef WState* w = self.writer.w
+        cdef WSub* s = self.sub
+        if s.state != SUB_DONE:
+            with nogil:
+                zt_mutex_lock(&w.mu)
+                while s.state != SUB_DONE:
+                    zt_cond_wait(&w.done, &w.mu)
+                zt_mutex_unlock(&w.mu)
+        self._finish()
+        err = self.error()
+        if err is not None:
+            raise err
+
+    def collect(self):
+        """Once done: release the buffers and return the error (None if it succeeded)."""
+        if self.sub.state != SUB_DONE:
+            raise RuntimeError("collect() of a submission the writer has not finished")
+        self._finish()
+        return self.error()
+
+    def error(self):
+        """The exception for a failed submission (None if it succeeded or is not done)."""
+        cdef WSub* s = self.sub
+        if s.state != SUB_DONE or s.rc == SQLITE_OK:
+            return None
+        path = self.writer.path
+        if s.rc == W_ERR_CLOSED:
+            return _errors.ClosedError(
+                f"{path!r} was closed before this write could run (it waited for another "
+                "thread's explicit transaction, which never ended); nothing was written"
+            )
+        if s.rc == W_ERR_NO_TRANSACTION:
+            return _errors.SQLiteError(
+                f"{path!r}: the explicit transaction this write belongs to was rolled back by "
+                "an earlier error; nothing of the transaction is stored",
+                filename=path,
+            )
+        if s.rc == W_ERR_NOMEM:
+            return MemoryError()
+        key = self.names[s.failed] if 0 <= s.failed < len(self.names) else self.names[0]
+        message = s.errmsg.decode("utf-8", "replace") if s.errmsg != NULL else ""
+        context = f"cannot write {key!r}"
+        if (s.rc & 0xFF) in (SQLITE_BUSY, SQLITE_LOCKED):
+            context += f": gave up after waiting {self.writer.busy_timeout:g} s for a lock"
+        return _errors.sqlite_error(s.rc, s.xrc, message, filename=path, context=context)
+
+
+cdef class Port:
+    """Where the writer reports finished submissions for one event loop: `fileno()` becomes
+    readable (watch it with add_reader), `drain()` returns them. Where there is no descriptor
+    (`has_fd` false: Windows), `wait()` blocks until there is something to drain."""
+
+    cdef WPort* port
+    cdef Writer writer
+    cdef readonly bint has_fd
+    cdef readonly Py_ssize_t pending  # submitted through this port and not drained yet
+
+    def __cinit__(self, Writer writer):
+        self.writer = writer
+        self.port = <WPort*>calloc(1, sizeof(WPort))
+        if self.port == NULL:
+            raise MemoryError()
+        self.port.rfd = -1
+        self.port.wfd = -1
+        self.has_fd = False
+        if ZT_HAVE_WAKE_FD:
+            if zt_wake_open(&self.port.rfd, &self.port.wfd) != 0:
+                free(self.port)
+                self.port = NULL
+                raise OSError("cannot create a wake-up descriptor for the writer")
+            self.has_fd = True
+
+    def fileno(self):
+        return self.port.rfd
+
+    def drain(self):
+        """The submissions finished since the last call (their buffers released)."""
+        cdef WState* w = self.writer.w
+        cdef WPort* p = self.port
+        cdef WSub* s
+        cdef list out = []
+        if p.rfd >= 0:
+            zt_wake_clear(p.rfd)  # first: a completion after it signals again
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            s = p.done_head
+            p.done_head = p.done_tail = NULL
+            p.signaled = 0
+            zt_mutex_unlock(&w.mu)
+        owners = self.writer._owners
+        while s != NULL:
+            sub = owners.pop(<Py_ssize_t>s, None)
+            if sub is not None:
+                out.append(sub)
+            s = s.done_next
+        self.pending -= len(out)
+        for sub in out:
+            (<Submission>sub)._finish()
+        return out
+
+    def wait(self, timeout=None):
+        """Block (GIL released) until something finished or the port is closed; True if
+        there is something to drain."""
+        cdef WState* w = self.writer.w
+        cdef WPort* p = self.port
+        cdef long ms = -1 if timeout is None else <long>(timeout * 1000)
+        cdef bint ready
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            while p.done_head == NULL and not p.closed:
+                if ms < 0:
+                    zt_cond_wait(&w.done, &w.mu)
+                elif zt_cond_wait_ms(&w.done, &w.mu, ms):
+                    break
+            ready = p.done_head != NULL
+            zt_mutex_unlock(&w.mu)
+        return ready
+
+    def close(self):
+        """Wake a wait() for good."""
+        cdef WState* w = self.writer.w
+        cdef WPort* p = self.port
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            p.closed = 1
+            zt_cond_broadcast(&w.done)
+            zt_mutex_unlock(&w.mu)
+
+    def __dealloc__(self):
+        if self.port != NULL:
+            zt_wake_close(self.port.rfd, self.port.wfd)
+            free(self.port)
+
+
+@cython.no_gc_clear  # its thread uses the Database until __dealloc__ has stopped it
+cdef class Writer:
+    """The write connection of a Database, run by a C thread (see the top of _writer.pxi).
+
+    batch_bytes: most bytes one group commit takes; queue_bytes: submitters wait while more
+    than this is queued; blob_min: values at least this long are written through the blob API;
+    touch_sql, touch_every: a statement a group commit runs at most every so many seconds (the
+    file's modification time)."""
+
+    cdef WState* w
+    cdef Database db
+    cdef Database ck
+    cdef readonly str path
+    cdef readonly double busy_timeout
+    cdef long pid
+    cdef bint started
+    cdef bint _closed
+    cdef dict _owners  # address of a queued WSub -> its Submission (keeps it alive)
+
+    def __cinit__(self):
+        self.w = NULL
+        self.started = False
+        self._closed = False
+        self._owners = {}
+
+    def __init__(self, Database db, *, batch_bytes=64 << 20, queue_bytes=256 << 20,
+                 blob_min=128 << 10, touch_sql=None, touch_every=0.5, max_age=2e-3,
+                 batch_subs=1 << 30, Database checkpointer=None, checkpoint_pages=256,
+                 wal_limit_pages=4096):
+        cdef WState* w
+        cdef sqlite3_stmt* touch = NULL
+        cdef bytes sql
+        cdef int rc
+        if db.db == NULL:
+            raise _errors.ClosedError(f"the database {db.path!r} is closed")
+        if db.readonly:
+            raise _errors.ReadOnlyError(f"{db.path!r} is open read-only", code=SQLITE_READONLY,
+                                        filename=db.path)
+        self.db = db
+        self.path = db.path
+        self.busy_timeout = db._busy_timeout
+        self.pid = zarrdb_getpid()
+        w = <WState*>calloc(1, sizeof(WState))
+        if w == NULL:
+            raise MemoryError()
+        self.w = w
+        zt_mutex_init(&w.mu)
+        zt_cond_init(&w.work)
+        zt_cond_init(&w.done)
+        w.queue_max = max(1, int(queue_bytes))
+        w.batch_max = max(1, int(batch_bytes))
+        w.blob_min = max(1, int(blob_min))
+        w.max_age_us = <int64_t>(float(max_age) * 1e6)
+        w.batch_max_subs = max(1, int(batch_subs))
+        w.hold_limit = -1
+        w.touched_at = -1
+        w.touch_every_ms = <int64_t>(float(touch_every) * 1000)
+        w.db = db.db
+        # The Database stays marked in use while the thread owns it: a call from Python
+        # outside hold()/release() raises ConcurrentUseError instead of racing the thread.
+        db._enter()
+        try:
+            w.st_set = db._stmt(S_SET)
+            w.st_set_zb = db._stmt(S_SET_ZB)
+            w.st_set_if_absent = db._stmt(S_SET_IF_ABSENT)
+            w.st_set_if_absent_zb = db._stmt(S_SET_IF_ABSENT_ZB)
+            w.st_delete = db._stmt(S_DELETE)
+            w.st_delete_all = db._stmt(S_DELETE_ALL)
+            w.st_delete_range = db._stmt(S_DELETE_RANGE)
+            w.st_begin = db._stmt(S_BEGIN_WRITE)
+            w.st_commit = db._stmt(S_COMMIT)
+            w.st_rollback = db._stmt(S_ROLLBACK)
+            w.st_savepoint = db._stmt(S_SAVEPOINT)
+            w.st_release = db._stmt(S_RELEASE)
+            w.st_rollback_to = db._stmt(S_ROLLBACK_TO)
+            if touch_sql is not None:
+                sql = touch_sql.encode("utf-8")
+                rc = sqlite3_prepare_v3(db.db, sql, -1, SQLITE_PREPARE_PERSISTENT, &touch, NULL)
+                if rc != SQLITE_OK:
+                    raise db._error(rc, "cannot prepare the modification-time statement")
+                w.st_touch = touch
+            if checkpointer is not None:
+                checkpointer._enter()  # the checkpointer thread's from now on
+                self.ck = checkpointer
+                w.ck_db = checkpointer.db
+                w.ck_every = max(1, int(checkpoint_pages))
+                w.ck_limit = max(w.ck_every, int(wal_limit_pages))
+                zt_cond_init(&w.ck_cv)
+                sqlite3_wal_hook(db.db, _wal_hook, <void*>w)
+                if zt_thread_start(&w.ck_thread, _checkpointer_main, <void*>w) != 0:
+                    raise OSError("cannot start the checkpointer thread")
+                w.ck_started = True
+            if zt_thread_start(&w.thread, _writer_main, <void*>w) != 0:
+                raise OSError("cannot start the writer thread")
+        except BaseException:
+            if w.ck_started:
+                with nogil:
+                    zt_mutex_lock(&w.mu)
+                    w.stop = 1
+                    zt_cond_broadcast(&w.ck_cv)
+                    zt_mutex_unlock(&w.mu)
+                    zt_thread_join(w.ck_thread)
+                w.ck_started = False
+                w.stop = 0
+            if w.ck_db != NULL:
+                sqlite3_wal_hook(db.db, NULL, NULL)
+                w.ck_db = NULL
+                checkpointer._leave()
+            if w.st_touch != NULL:
+                sqlite3_finalize(w.st_touch)
+                w.st_touch = NULL
+            db._leave()
+            raise
+        self.started = True
+
+    cdef int _check(self) except -1:
+        if self._closed:
+            raise _errors.ClosedError(f"the writer of {self.path!r} is closed")
+        if self.pid != _current_pid:
+            raise _errors.ForkedProcessError(
+                f"the writer of {self.path!r} belongs to process {self.pid}; open the store "
+                "again in this process"
+            )
+        return 0
+
+    def submit(self, ops, *, int64_t token=0, Port port=None, bint block=True):
+        """Queue `ops`, a list of (kind, key, value), as one submission: kind "set",
+        "set_if_absent", "delete" or "delete_prefix" (value None for the deletes). `token`:
+        the explicit transaction the caller takes part in (0: none). When the queue is full,
+        waits (GIL released), or with block=False returns None."""
+        cdef list items = list(ops)
+        cdef Py_ssize_t n = len(items)
+        cdef Py_ssize_t i
+        cdef Submission sub = Submission()
+        cdef WSub* s
+        cdef WOp* op
+        cdef Key k
+        cdef Py_buffer* view
+        cdef WState* w = self.w
+        cdef int64_t nbytes = 0
+        cdef bint queued = False
+        cdef bint stopped = False
+        cdef bytes lower, upper
+        self._check()
+        if n == 0:
+            raise ValueError("a submission needs at least one operation")
+        s = <WSub*>calloc(1, sizeof(WSub))
+        if s == NULL:
+            raise MemoryError()
+        sub.sub = s
+        sub.writer = self
+        s.ops = <WOp*>calloc(n, sizeof(WOp))
+        sub.views = <Py_buffer*>malloc(n * sizeof(Py_buffer))
+        if s.ops == NULL or sub.views == NULL:
+            raise MemoryError()
+        s.nops = n
+        s.txn = token
+        s.port = port.port if port is not None else NULL
+        s.hinted = port is not None
+        s.failed = -1
+        sub.keep = []
+        sub.names = []
+        for i in range(n):
+            kind, key, value = items[i]
+            op = &s.ops[i]
+            sub.names.append(key)
+            if kind == "set" or kind == "set_if_absent":
+                op.kind = W_SET if kind == "set" else W_SET_IF_ABSENT
+                _key(key, &k)
+                sub.keep.append(key)
+                view = &sub.views[sub.nviews]
+                PyObject_GetBuffer(value, view, PyBUF_SIMPLE)
+                sub.nviews += 1
+                if view.len > _MAX_VALUE:
+                    raise _errors.ValueTooLargeError(
+                        f"{self.path!r}: the value for {key!r} has {view.len:,} bytes, over the "
+                        f"limit of {_MAX_VALUE:,} bytes of a SQLiteStore file; nothing was "
+                        "written (use smaller chunks or shards)",
+                        code=SQLITE_TOOBIG, filename=self.path,
+                    )
+                op.key = k.data
+                op.nkey = k.size
+                op.val = <const char*>view.buf
+                op.nval = view.len
+                op.has_val = True
+                nbytes += view.len + k.size
+            elif kind == "delete":
+                op.kind = W_DELETE
+                _key(key, &k)
+                sub.keep.append(key)
+                op.key = k.data
+                op.nkey = k.size
+                nbytes += k.size
+            elif kind == "delete_prefix":
+                op.kind = W_DELETE_RANGE
+                lower = _prefix_bytes(key)
+                upper = _upper_bound(lower) if lower else None
+                if lower and upper is None:
+                    raise _errors.InvalidKeyError(f"invalid prefix {key!r}")
+                sub.keep.append(lower)
+                op.key = lower
+                op.nkey = len(lower)
+                if upper is not None:
+                    sub.keep.append(upper)
+                    op.val = upper
+                    op.nval = len(upper)
+                    op.has_val = True
+                nbytes += len(lower)
+            else:
+                raise ValueError(f"unknown write operation {kind!r}")
+        s.nbytes = nbytes
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            while True:
+                if w.stop:
+                    stopped = True
+                    break
+                if w.txn != 0 and token != w.txn:
+                    # Another thread's explicit transaction is open: wait for its end.
+                    s.next = NULL
+                    if w.dtail == NULL:
+                        w.dhead = s
+                    else:
+                        w.dtail.next = s
+                    w.dtail = s
+                    queued = True
+                    break
+                if w.queued_bytes == 0 or w.queued_bytes + nbytes <= w.queue_max:
+                    _enqueue_ready(w, s)
+                    zt_cond_signal(&w.work)
+                    queued = True
+                    break
+                if not block:
+                    break
+                zt_cond_wait(&w.done, &w.mu)
+            if queued:
+                sub.queued = True
+            zt_mutex_unlock(&w.mu)
+        if stopped:
+            raise _errors.ClosedError(f"the writer of {self.path!r} is closed")
+        if not queued:
+            return None
+        self._owners[<Py_ssize_t>s] = sub
+        if port is not None:
+            port.pending += 1
+        return sub
+
+    def flush(self):
+        """Everything queued so far is all the caller has for now: commit it without waiting
+        for more (event loops call this once per turn in which they queued writes)."""
+        cdef WState* w = self.w
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            if w.flush_seq < w.next_seq:
+                w.flush_seq = w.next_seq
+                zt_cond_signal(&w.work)
+            zt_mutex_unlock(&w.mu)
+
+    def wait_for_room(self, int64_t nbytes):
+        """Block (GIL released) until a submission of `nbytes` would be queued at once."""
+        cdef WState* w = self.w
+        self._check()
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            while not w.stop and w.queued_bytes != 0 and w.queued_bytes + nbytes > w.queue_max:
+                zt_cond_wait(&w.done, &w.mu)
+            zt_mutex_unlock(&w.mu)
+
+    def hold(self, bint drain=True):
+        """Take the connection from the thread, waiting with the GIL released: with `drain`,
+        until everything queued so far is written, else until the current batch is. Returns
+        the Database, which is the caller's until release()."""
+        cdef WState* w = self.w
+        cdef int64_t target
+        self._check()
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            target = w.next_seq if drain else w.done_seq
+            w.hold_waiters += 1
+            if w.hold_limit < target:
+                w.hold_limit = target
+            while w.held or w.busy or w.done_seq < target:
+                zt_cond_wait(&w.done, &w.mu)
+            w.held = 1
+            w.hold_waiters -= 1
+            if w.hold_waiters == 0:
+                w.hold_limit = -1
+            zt_mutex_unlock(&w.mu)
+        self.db._leave()
+        return self.db
+
+    def release(self):
+        """Give the connection back to the thread."""
+        cdef WState* w = self.w
+        self.db._enter()
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            w.held = 0
+            zt_cond_broadcast(&w.work)
+            zt_cond_broadcast(&w.done)
+            zt_mutex_unlock(&w.mu)
+
+    def begin_transaction(self, int64_t token):
+        """While holding, after BEGIN: writes submitted with `token` join the transaction;
+        everyone else's wait for end_transaction()."""
+        cdef WState* w = self.w
+        if token == 0:
+            raise ValueError("a transaction token is never 0")
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            w.txn = token
+            zt_mutex_unlock(&w.mu)
+
+    def end_transaction(self):
+        """While holding, after COMMIT or ROLLBACK: what waited for the transaction is queued."""
+        cdef WState* w = self.w
+        cdef WSub* s
+        cdef WSub* nxt
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            w.txn = 0
+            s = w.dhead
+            w.dhead = w.dtail = NULL
+            while s != NULL:
+                nxt = s.next
+                _enqueue_ready(w, s)
+                s = nxt
+            zt_cond_broadcast(&w.work)
+            zt_mutex_unlock(&w.mu)
+
+    @property
+    def touch_skipped(self):
+        """A group commit left the modification time out since it was last written."""
+        return bool(self.w.touch_skipped)
+
+    def stats(self):
+        """Counters: batches committed, submissions, batches retried one by one, the largest
+        batch, the most bytes queued at once, and the bytes queued now."""
+        cdef WState* w = self.w
+        cdef int64_t v[10]
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            v[0] = w.n_batches
+            v[1] = w.n_subs
+            v[2] = w.n_retries
+            v[3] = w.max_batch_subs
+            v[4] = w.max_queued_bytes
+            v[5] = w.queued_bytes
+            v[6] = w.n_lingered
+            v[7] = w.n_checkpoints
+            v[8] = w.n_ck_waits
+            v[9] = w.max_wal_frames
+            zt_mutex_unlock(&w.mu)
+        return dict(zip(("batches", "submissions", "retried_batches", "max_batch",
+                         "max_queued_bytes", "queued_bytes", "lingered", "checkpoints",
+                         "checkpoint_waits", "max_wal_frames"),
+                        [v[i] for i in range(10)]))
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def close(self):
+        """Write everything queued, stop the thread, and give the Database back to Python.
+        Must not be called while holding."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self.started or self.pid != _current_pid:
+            return  # never started, or the thread lives in the parent process
+        self._stop()
+        self.db._leave()
+
+    cdef void _stop(self) noexcept:
+        cdef WState* w = self.w
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            w.stop = 1
+            zt_cond_broadcast(&w.work)
+            zt_cond_broadcast(&w.done)
+            if w.ck_started:
+                zt_cond_broadcast(&w.ck_cv)
+            zt_mutex_unlock(&w.mu)
+            zt_thread_join(w.thread)
+            if w.ck_started:
+                zt_thread_join(w.ck_thread)
+        self.started = False
+        if w.ck_started:
+            w.ck_started = False
+            sqlite3_wal_hook(self.db.db, NULL, NULL)
+            w.ck_db = NULL
+            self.ck._leave()
+        if w.st_touch != NULL:
+            sqlite3_finalize(w.st_touch)
+            w.st_touch = NULL
+
+    def __dealloc__(self):
+        cdef WState* w = self.w
+        if w == NULL or self.pid != zarrdb_getpid():
+            return  # in a forked child the thread and its memory are the parent's
+        if self.started:
+            self._stop()
+        zt_cond_destroy(&w.work)
+        zt_cond_destroy(&w.done)
+        if self.ck is not None:
+            zt_cond_destroy(&w.ck_cv)
+        zt_mutex_destroy(&w.mu)
+        free(w.batch)
+        free(w)
+        self.w = NULL
