@@ -108,27 +108,19 @@ class Connections:
                 _initialise(db, opts, path)
             else:
                 _format.warn(_format.validate(facts, path=path, writable=True))
-            wanted = opts["journal"]
+            # "auto" starts with a rollback journal (TRUNCATE: no file created and deleted
+            # at every commit) and the writer may move to WAL (see _writing.AUTO_WAL_AFTER);
+            # a file another connection has in WAL mode already stays in it.
+            wanted = {"auto": "truncate", "wal": "wal", "delete": "delete"}[opts["journal"]]
+            if opts["journal"] == "auto" and db.journal_mode() == "wal":
+                wanted = "wal"
             mode = db.journal_mode(wanted)
             if mode != wanted:
                 raise errors.SQLiteError(
                     f"cannot switch {path!r} to journal mode {wanted!r} (got {mode!r}; another "
                     "connection may have it open in another mode)"
                 )
-            checkpointer = None
-            if mode == "wal":
-                checkpointer = Database(
-                    path,
-                    mode="w",
-                    busy_timeout=opts["busy_timeout"],
-                    synchronous=opts["durability"],
-                )
-            try:
-                self.writing = Writing(db, checkpointer)
-            except BaseException:
-                if checkpointer is not None:
-                    checkpointer.close()
-                raise
+            self.writing = Writing(db, durability=opts["durability"], journal=opts["journal"])
         except BaseException:
             db.close()
             raise

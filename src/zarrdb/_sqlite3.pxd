@@ -10,6 +10,8 @@ cdef extern from "_sqlite_amalgamation.h" nogil:
     ctypedef int64_t sqlite3_int64
     ctypedef uint64_t sqlite3_uint64
     ctypedef void (*sqlite3_destructor_type)(void*)
+    ctypedef struct sqlite3_vfs:
+        int (*xSleep)(sqlite3_vfs* vfs, int microseconds) noexcept nogil
 
     int ZARRDB_BUNDLED_SQLITE  # 1: the vendored amalgamation; 0: the system library
     const char* SQLITE_VERSION
@@ -52,6 +54,8 @@ cdef extern from "_sqlite_amalgamation.h" nogil:
     const char* sqlite3_errmsg(sqlite3* db)
     int sqlite3_extended_result_codes(sqlite3* db, int onoff)
     int sqlite3_busy_timeout(sqlite3* db, int ms)
+    int sqlite3_busy_handler(sqlite3* db, int (*handler)(void*, int) noexcept nogil, void* arg)
+    sqlite3_vfs* sqlite3_vfs_find(const char* name)
     int sqlite3_limit(sqlite3* db, int id, int new_value)
     int sqlite3_exec(sqlite3* db, const char* sql, void* callback, void* arg, char** errmsg)
     void sqlite3_free(void* p)

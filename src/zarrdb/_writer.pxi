@@ -13,34 +13,6 @@
 # reads inside them, maintenance, closing) holds it through Writer.hold()/release(): the thread
 # finishes its batch and waits.
 
-cdef extern from "_zthreads.h" nogil:
-    ctypedef struct zt_mutex:
-        pass
-    ctypedef struct zt_cond:
-        pass
-    ctypedef struct zt_thread:
-        pass
-    void zt_mutex_init(zt_mutex* m)
-    void zt_mutex_destroy(zt_mutex* m)
-    void zt_mutex_lock(zt_mutex* m)
-    void zt_mutex_unlock(zt_mutex* m)
-    void zt_cond_init(zt_cond* c)
-    void zt_cond_destroy(zt_cond* c)
-    void zt_cond_wait(zt_cond* c, zt_mutex* m)
-    int zt_cond_wait_ms(zt_cond* c, zt_mutex* m, long ms)
-    void zt_cond_signal(zt_cond* c)
-    void zt_cond_broadcast(zt_cond* c)
-    int zt_thread_start(zt_thread* t, void (*fn)(void*) noexcept nogil, void* arg)
-    void zt_thread_join(zt_thread t)
-    int64_t zt_monotonic_ms()
-    int64_t zt_monotonic_us()
-    int zt_cond_wait_us(zt_cond* c, zt_mutex* m, int64_t us)
-    int ZT_HAVE_WAKE_FD
-    int zt_wake_open(int* rfd, int* wfd)
-    void zt_wake_close(int rfd, int wfd)
-    void zt_wake_signal(int wfd)
-    void zt_wake_clear(int rfd)
-
 # Operation kinds.
 cdef enum:
     W_SET = 1
@@ -105,7 +77,6 @@ cdef struct WState:
     int64_t queued_bytes
     int64_t queue_max
     int64_t batch_max
-    Py_ssize_t batch_max_subs
     int64_t txn
     int64_t next_seq
     int64_t done_seq
@@ -152,9 +123,13 @@ cdef struct WState:
     int64_t max_batch_subs
     int64_t max_queued_bytes
     int64_t n_lingered
-    # the checkpointer: a second connection and thread that copy the write-ahead log into the
-    # file beside ingest (SQLite would otherwise do it inside a commit, every 1000 pages)
-    sqlite3* ck_db
+    # the checkpointer: a thread that copies the write-ahead log into the file beside ingest
+    # (SQLite would otherwise do it inside a commit, every 1000 pages), through a connection of
+    # its own opened for each checkpoint (an idle open connection would keep the file in WAL
+    # mode: SQLite cannot leave WAL mode while another connection has the log open)
+    char* ck_path
+    int ck_flags
+    int synchronous  # PRAGMA synchronous of the checkpointer's connection (0-3)
     zt_thread ck_thread
     zt_cond ck_cv
     bint ck_started
@@ -162,12 +137,29 @@ cdef struct WState:
     bint ck_running
     int64_t ck_every  # frames: ask for a checkpoint when the log has this many
     int64_t ck_limit  # frames: a commit waits for the checkpointer above this many
+    int64_t ck_wait_above  # ck_limit, or more after the checkpointer could not keep up
+    int64_t ck_asked_at  # frames in the log when a checkpoint was last asked for
+    int64_t ck_seq  # checkpoints started
+    int64_t ck_done_seq  # the number of the last one finished (its results: ck_log, ...)
     int64_t wal_frames  # frames in the log after the last commit
     int64_t ck_backfilled  # frames the last checkpoint copied (of the log it saw)
     int64_t ck_log  # frames in the log the last checkpoint saw
     int64_t n_checkpoints
+    int64_t n_ck_failed
+    int ck_last_rc
     int64_t n_ck_waits
     int64_t max_wal_frames
+    # journal mode "auto": the file starts in a rollback journal (pages appended to the file
+    # are written once); after wal_after commits in a row under small_bytes each (a stream of
+    # small writes, where a rollback journal pays two syncs a commit), the writer switches the
+    # file to WAL mode
+    bint in_wal
+    BusyWait* busy_wait  # the connection's busy handler, restored after the switch
+    int64_t wal_after
+    int64_t small_bytes
+    int64_t small_streak
+    int64_t n_switches
+    sqlite3_stmt* st_to_wal
 
 
 cdef const char* _EMPTY = b""
@@ -386,8 +378,7 @@ cdef Py_ssize_t _take(WState* w) noexcept nogil:
     cdef Py_ssize_t taken = 0
     cdef WSub* s
     cdef WSub** grown
-    while _can_take(w) and (w.batch_n == 0 or (w.batch_bytes + w.head.nbytes <= w.batch_max
-                                               and w.batch_n < w.batch_max_subs)):
+    while _can_take(w) and (w.batch_n == 0 or w.batch_bytes + w.head.nbytes <= w.batch_max):
         if w.batch_n == w.batch_cap:
             grown = <WSub**>realloc(w.batch, (w.batch_cap * 2 + 16) * sizeof(WSub*))
             if grown == NULL:
@@ -412,7 +403,7 @@ cdef Py_ssize_t _take(WState* w) noexcept nogil:
 
 cdef inline bint _keep_lingering(WState* w, bint joined) noexcept nogil:
     return (not w.stop and not w.held and w.hold_waiters == 0 and (w.txn != 0) == joined
-            and w.batch_bytes < w.batch_max and w.batch_n < w.batch_max_subs)
+            and w.batch_bytes < w.batch_max)
 
 
 cdef void _finish_batch(WState* w) noexcept nogil:
@@ -443,20 +434,33 @@ cdef int _wal_hook(void* arg, sqlite3* db, const char* name, int frames) noexcep
     transaction then starts the log over)."""
     cdef WState* w = <WState*>arg
     cdef int attempts
+    cdef int64_t started
     zt_mutex_lock(&w.mu)
     w.wal_frames = frames
     if frames > w.max_wal_frames:
         w.max_wal_frames = frames
-    if frames >= w.ck_every and not w.ck_running:
+    if frames < w.ck_asked_at:
+        w.ck_asked_at = 0  # the log started over
+    if frames - w.ck_asked_at >= w.ck_every and not w.ck_running:
+        # once per ck_every new frames: a checkpointer running all the time would hold the
+        # log's read locks often enough to keep the writer from starting it over
+        w.ck_asked_at = frames
         w.ck_wanted = True
         zt_cond_signal(&w.ck_cv)
-    if frames >= w.ck_limit:
+    if frames < w.ck_limit:
+        w.ck_wait_above = w.ck_limit  # the log started over
+    elif frames >= w.ck_wait_above:
         w.n_ck_waits += 1
         attempts = 0
-        while not w.stop and not (w.ck_log >= frames and w.ck_backfilled >= w.ck_log):
+        started = w.ck_seq  # only a checkpoint that starts from now on can have copied `frames`
+        while not w.stop and not (w.ck_done_seq > started and w.ck_log >= frames
+                                  and w.ck_backfilled >= w.ck_log):
             if not w.ck_running and not w.ck_wanted:
-                if attempts == 3:
-                    break  # a reader keeps old frames in use: go on, the log grows meanwhile
+                if attempts == 2:
+                    # A reader keeps old frames in use: go on, and wait again only once the
+                    # log has grown by another limit's worth.
+                    w.ck_wait_above = frames + w.ck_limit
+                    break
                 attempts += 1
                 w.ck_wanted = True
                 zt_cond_signal(&w.ck_cv)
@@ -465,11 +469,38 @@ cdef int _wal_hook(void* arg, sqlite3* db, const char* name, int frames) noexcep
     return SQLITE_OK
 
 
+cdef int _checkpoint_once(WState* w, sqlite3** conn, int* log, int* done) noexcept nogil:
+    """One PASSIVE checkpoint through the checkpointer's own connection, opened at its first
+    use (and closed when the thread ends)."""
+    cdef int rc
+    if conn[0] == NULL:
+        rc = sqlite3_open_v2(w.ck_path, conn, w.ck_flags, NULL)
+        if rc != SQLITE_OK:
+            sqlite3_close_v2(conn[0])
+            conn[0] = NULL
+            return rc
+        if w.synchronous == 0:
+            sqlite3_exec(conn[0], "PRAGMA synchronous = OFF", NULL, NULL, NULL)
+        elif w.synchronous == 2:
+            sqlite3_exec(conn[0], "PRAGMA synchronous = FULL", NULL, NULL, NULL)
+    # PASSIVE: copies what no reader still needs; never waits for or blocks the writer.
+    rc = sqlite3_wal_checkpoint_v2(conn[0], NULL, SQLITE_CHECKPOINT_PASSIVE, log, done)
+    if rc == SQLITE_OK and log[0] < 0:
+        # "Not in WAL mode": a connection opens the write-ahead log only once it has read the
+        # file. Read, then try again.
+        rc = sqlite3_exec(conn[0], "PRAGMA schema_version", NULL, NULL, NULL)
+        if rc == SQLITE_OK:
+            rc = sqlite3_wal_checkpoint_v2(conn[0], NULL, SQLITE_CHECKPOINT_PASSIVE, log, done)
+    return rc
+
+
 cdef void _checkpointer_main(void* arg) noexcept nogil:
     cdef WState* w = <WState*>arg
+    cdef sqlite3* conn = NULL
     cdef int log = 0
     cdef int done = 0
     cdef int rc
+    cdef int64_t seq
     zt_mutex_lock(&w.mu)
     while True:
         while not w.ck_wanted and not w.stop:
@@ -478,17 +509,51 @@ cdef void _checkpointer_main(void* arg) noexcept nogil:
             break
         w.ck_wanted = False
         w.ck_running = True
+        w.ck_seq += 1
+        seq = w.ck_seq
         zt_mutex_unlock(&w.mu)
-        # PASSIVE: copies what no reader still needs, never waits for or blocks the writer.
-        rc = sqlite3_wal_checkpoint_v2(w.ck_db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done)
+        rc = _checkpoint_once(w, &conn, &log, &done)
         zt_mutex_lock(&w.mu)
         w.ck_running = False
         w.n_checkpoints += 1
+        w.ck_done_seq = seq
         if rc == SQLITE_OK:
             w.ck_log = log
             w.ck_backfilled = done
+        else:
+            w.n_ck_failed += 1
+            w.ck_last_rc = rc
         zt_cond_broadcast(&w.done)
     zt_mutex_unlock(&w.mu)
+    sqlite3_close_v2(conn)
+
+
+cdef void _after_commit(WState* w, bint joined, int64_t nbytes) noexcept nogil:
+    """Journal mode "auto": count commits of small batches; after a run of them, move the file
+    from its rollback journal to WAL (which fails harmlessly while another connection is
+    reading; the next run tries again)."""
+    cdef int rc
+    cdef const unsigned char* mode
+    if w.wal_after <= 0 or w.in_wal or joined:
+        return
+    if nbytes >= w.small_bytes:
+        w.small_streak = 0
+        return
+    w.small_streak += 1
+    if w.small_streak < w.wal_after:
+        return
+    w.small_streak = 0
+    # Without waiting for locks: another connection reading now makes it fail at once, and
+    # the next run of small commits tries again.
+    sqlite3_busy_handler(w.db, NULL, NULL)
+    rc = sqlite3_step(w.st_to_wal)
+    if rc == SQLITE_ROW:
+        mode = sqlite3_column_text(w.st_to_wal, 0)
+        if mode != NULL and mode[0] == b'w':
+            w.in_wal = True
+            w.n_switches += 1
+    sqlite3_reset(w.st_to_wal)
+    sqlite3_busy_handler(w.db, _busy_wait, w.busy_wait)
 
 
 cdef void _writer_main(void* arg) noexcept nogil:
@@ -557,6 +622,8 @@ cdef void _writer_main(void* arg) noexcept nogil:
         rc = _end(w, w.batch, w.batch_n, joined, rc, bad_sub, bad_op)
         if rc != SQLITE_OK:
             _retry_alone(w, w.batch, w.batch_n, joined, rc)
+        else:
+            _after_commit(w, joined, w.batch_bytes)
 
         zt_mutex_lock(&w.mu)
         w.busy = 0
@@ -798,7 +865,6 @@ cdef class Writer:
 
     cdef WState* w
     cdef Database db
-    cdef Database ck
     cdef readonly str path
     cdef readonly double busy_timeout
     cdef long pid
@@ -814,11 +880,12 @@ cdef class Writer:
 
     def __init__(self, Database db, *, batch_bytes=64 << 20, queue_bytes=256 << 20,
                  blob_min=128 << 10, touch_sql=None, touch_every=0.5, max_age=2e-3,
-                 batch_subs=1 << 30, Database checkpointer=None, checkpoint_pages=256,
-                 wal_limit_pages=4096):
+                 checkpoint=False, synchronous=1, checkpoint_pages=256, wal_limit_pages=4096,
+                 wal_after=0, small_bytes=256 << 10):
         cdef WState* w
-        cdef sqlite3_stmt* touch = NULL
+        cdef sqlite3_stmt* stmt = NULL
         cdef bytes sql
+        cdef bytes path
         cdef int rc
         if db.db == NULL:
             raise _errors.ClosedError(f"the database {db.path!r} is closed")
@@ -836,15 +903,23 @@ cdef class Writer:
         zt_mutex_init(&w.mu)
         zt_cond_init(&w.work)
         zt_cond_init(&w.done)
+        zt_cond_init(&w.ck_cv)
         w.queue_max = max(1, int(queue_bytes))
         w.batch_max = max(1, int(batch_bytes))
         w.blob_min = max(1, int(blob_min))
         w.max_age_us = <int64_t>(float(max_age) * 1e6)
-        w.batch_max_subs = max(1, int(batch_subs))
         w.hold_limit = -1
         w.touched_at = -1
         w.touch_every_ms = <int64_t>(float(touch_every) * 1000)
         w.db = db.db
+        w.synchronous = int(synchronous)
+        w.ck_every = max(1, int(checkpoint_pages))
+        w.ck_limit = max(w.ck_every, int(wal_limit_pages))
+        w.ck_wait_above = w.ck_limit
+        w.wal_after = int(wal_after)
+        w.busy_wait = &db._busy
+        w.small_bytes = int(small_bytes)
+        w.in_wal = db.journal_mode() == "wal"
         # The Database stays marked in use while the thread owns it: a call from Python
         # outside hold()/release() raises ConcurrentUseError instead of racing the thread.
         db._enter()
@@ -862,19 +937,24 @@ cdef class Writer:
             w.st_savepoint = db._stmt(S_SAVEPOINT)
             w.st_release = db._stmt(S_RELEASE)
             w.st_rollback_to = db._stmt(S_ROLLBACK_TO)
-            if touch_sql is not None:
-                sql = touch_sql.encode("utf-8")
-                rc = sqlite3_prepare_v3(db.db, sql, -1, SQLITE_PREPARE_PERSISTENT, &touch, NULL)
+            for text, target in ((touch_sql, 0), ("PRAGMA journal_mode = WAL", 1)):
+                if text is None:
+                    continue
+                sql = text.encode("utf-8")
+                rc = sqlite3_prepare_v3(db.db, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, NULL)
                 if rc != SQLITE_OK:
-                    raise db._error(rc, "cannot prepare the modification-time statement")
-                w.st_touch = touch
-            if checkpointer is not None:
-                checkpointer._enter()  # the checkpointer thread's from now on
-                self.ck = checkpointer
-                w.ck_db = checkpointer.db
-                w.ck_every = max(1, int(checkpoint_pages))
-                w.ck_limit = max(w.ck_every, int(wal_limit_pages))
-                zt_cond_init(&w.ck_cv)
+                    raise db._error(rc, f"cannot prepare {text!r}")
+                if target == 0:
+                    w.st_touch = stmt
+                else:
+                    w.st_to_wal = stmt
+            if checkpoint:
+                path = os.fsencode(db.path)
+                w.ck_path = <char*>malloc(len(path) + 1)
+                if w.ck_path == NULL:
+                    raise MemoryError()
+                memcpy(w.ck_path, <const char*>path, len(path) + 1)
+                w.ck_flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
                 sqlite3_wal_hook(db.db, _wal_hook, <void*>w)
                 if zt_thread_start(&w.ck_thread, _checkpointer_main, <void*>w) != 0:
                     raise OSError("cannot start the checkpointer thread")
@@ -882,25 +962,35 @@ cdef class Writer:
             if zt_thread_start(&w.thread, _writer_main, <void*>w) != 0:
                 raise OSError("cannot start the writer thread")
         except BaseException:
-            if w.ck_started:
-                with nogil:
-                    zt_mutex_lock(&w.mu)
-                    w.stop = 1
-                    zt_cond_broadcast(&w.ck_cv)
-                    zt_mutex_unlock(&w.mu)
-                    zt_thread_join(w.ck_thread)
-                w.ck_started = False
-                w.stop = 0
-            if w.ck_db != NULL:
-                sqlite3_wal_hook(db.db, NULL, NULL)
-                w.ck_db = NULL
-                checkpointer._leave()
-            if w.st_touch != NULL:
-                sqlite3_finalize(w.st_touch)
-                w.st_touch = NULL
+            self._stop_checkpointer()
+            self._finalize_statements()
             db._leave()
             raise
         self.started = True
+
+    cdef void _stop_checkpointer(self) noexcept:
+        cdef WState* w = self.w
+        if w.ck_started:
+            with nogil:
+                zt_mutex_lock(&w.mu)
+                w.stop = 1
+                zt_cond_broadcast(&w.ck_cv)
+                zt_mutex_unlock(&w.mu)
+                zt_thread_join(w.ck_thread)
+            w.ck_started = False
+        if w.ck_path != NULL:
+            sqlite3_wal_hook(self.db.db, NULL, NULL)
+            free(w.ck_path)
+            w.ck_path = NULL
+
+    cdef void _finalize_statements(self) noexcept:
+        cdef WState* w = self.w
+        if w.st_touch != NULL:
+            sqlite3_finalize(w.st_touch)
+            w.st_touch = NULL
+        if w.st_to_wal != NULL:
+            sqlite3_finalize(w.st_to_wal)
+            w.st_to_wal = NULL
 
     cdef int _check(self) except -1:
         if self._closed:
@@ -1118,6 +1208,15 @@ cdef class Writer:
             zt_mutex_unlock(&w.mu)
 
     @property
+    def checkpoint_failures(self):
+        return (self.w.n_ck_failed, self.w.ck_last_rc, self.w.ck_log, self.w.ck_backfilled)
+
+    @property
+    def in_wal(self):
+        """The writer has the file in WAL mode (it switched, or the file started in it)."""
+        return bool(self.w.in_wal)
+
+    @property
     def touch_skipped(self):
         """A group commit left the modification time out since it was last written."""
         return bool(self.w.touch_skipped)
@@ -1126,7 +1225,7 @@ cdef class Writer:
         """Counters: batches committed, submissions, batches retried one by one, the largest
         batch, the most bytes queued at once, and the bytes queued now."""
         cdef WState* w = self.w
-        cdef int64_t v[10]
+        cdef int64_t v[12]
         with nogil:
             zt_mutex_lock(&w.mu)
             v[0] = w.n_batches
@@ -1139,11 +1238,13 @@ cdef class Writer:
             v[7] = w.n_checkpoints
             v[8] = w.n_ck_waits
             v[9] = w.max_wal_frames
+            v[10] = w.n_switches
+            v[11] = w.in_wal
             zt_mutex_unlock(&w.mu)
         return dict(zip(("batches", "submissions", "retried_batches", "max_batch",
                          "max_queued_bytes", "queued_bytes", "lingered", "checkpoints",
-                         "checkpoint_waits", "max_wal_frames"),
-                        [v[i] for i in range(10)]))
+                         "checkpoint_waits", "max_wal_frames", "switches_to_wal", "in_wal"),
+                        [v[i] for i in range(12)]))
 
     @property
     def closed(self):
@@ -1167,21 +1268,11 @@ cdef class Writer:
             w.stop = 1
             zt_cond_broadcast(&w.work)
             zt_cond_broadcast(&w.done)
-            if w.ck_started:
-                zt_cond_broadcast(&w.ck_cv)
             zt_mutex_unlock(&w.mu)
             zt_thread_join(w.thread)
-            if w.ck_started:
-                zt_thread_join(w.ck_thread)
         self.started = False
-        if w.ck_started:
-            w.ck_started = False
-            sqlite3_wal_hook(self.db.db, NULL, NULL)
-            w.ck_db = NULL
-            self.ck._leave()
-        if w.st_touch != NULL:
-            sqlite3_finalize(w.st_touch)
-            w.st_touch = NULL
+        self._stop_checkpointer()
+        self._finalize_statements()
 
     def __dealloc__(self):
         cdef WState* w = self.w
@@ -1191,8 +1282,7 @@ cdef class Writer:
             self._stop()
         zt_cond_destroy(&w.work)
         zt_cond_destroy(&w.done)
-        if self.ck is not None:
-            zt_cond_destroy(&w.ck_cv)
+        zt_cond_destroy(&w.ck_cv)
         zt_mutex_destroy(&w.mu)
         free(w.batch)
         free(w)

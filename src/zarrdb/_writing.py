@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import itertools
 import threading
+import time
 import weakref
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
@@ -47,7 +48,17 @@ GROUP_COMMIT_MAX_AGE = 2e-3
 # file beside ingest, once the log holds this many pages (SQLite's own automatic checkpoint runs
 # inside a commit, every 1000 pages); a commit waits for it only when the log exceeds the limit.
 CHECKPOINT_PAGES = 256
-WAL_LIMIT_PAGES = 4096
+WAL_LIMIT_PAGES = 1024
+# Journal mode "auto" (the default) opens the file with a rollback journal, in which pages
+# appended to the file are written once: bulk loads of large chunks and large explicit
+# transactions write about half as much as in WAL mode, where every page goes to the log first
+# and is copied into the file by a checkpoint. A rollback journal syncs twice at every commit,
+# though, which a stream of small commits (zarr writing small chunks one cohort at a time) pays
+# dearly for; after this many commits in a row of less than AUTO_SMALL_COMMIT bytes each, the
+# writer switches the file to WAL mode for good (benchmarks/ingest.py).
+AUTO_WAL_AFTER = 8
+AUTO_SMALL_COMMIT = 512 * 1024
+_SYNCHRONOUS = {"off": 0, "normal": 1, "full": 2}
 # Group commits update the modified_at record at most this often (seconds); closing the store
 # writes the final time if a later commit left it out; explicit transactions always write it.
 MODIFIED_AT_INTERVAL = 0.5
@@ -65,9 +76,8 @@ _tokens = itertools.count(1)
 class Writing:
     """The writer of one store in one process, its ports, and its explicit transaction."""
 
-    def __init__(self, db: Database, checkpointer: Database | None = None) -> None:
+    def __init__(self, db: Database, *, durability: str, journal: str) -> None:
         self.db = db
-        self.checkpointer = checkpointer
         self.writer = Writer(
             db,
             batch_bytes=GROUP_COMMIT_MAX_BYTES,
@@ -76,9 +86,12 @@ class Writing:
             touch_sql=_format.TOUCH_MODIFIED_AT,
             touch_every=MODIFIED_AT_INTERVAL,
             max_age=GROUP_COMMIT_MAX_AGE,
-            checkpointer=checkpointer,
+            checkpoint=True,
+            synchronous=_SYNCHRONOUS[durability],
             checkpoint_pages=CHECKPOINT_PAGES,
             wal_limit_pages=WAL_LIMIT_PAGES,
+            wal_after=AUTO_WAL_AFTER if journal == "auto" else 0,
+            small_bytes=AUTO_SMALL_COMMIT,
         )
         self.ports: dict[int, _LoopPort] = {}  # id(loop) -> its port
         self.ports_lock = threading.Lock()
@@ -189,10 +202,24 @@ class Writing:
 
     # --- submitting ------------------------------------------------------------------------------
 
+    def _thread_token(self) -> int:
+        """caller_token() for a thread. A thread zarr has just started for its codec pool
+        joins the pool's list a moment after it starts running: while a transaction is open,
+        look again for a short while before taking the caller for an outsider (whose write
+        waits for the transaction's end: a participant's would never be written)."""
+        if not self.token:
+            return 0
+        token = self.caller_token()
+        deadline = time.monotonic() + 0.1
+        while not token and self.token and time.monotonic() < deadline:
+            time.sleep(0.005)
+            token = self.caller_token()
+        return token
+
     def write_sync(self, ops: Sequence[Op]) -> None:
         """Queue `ops` and return once they are committed; raises the write's error. Inside
         the caller's explicit transaction, returns once they are queued (see end())."""
-        token = self.token and self.caller_token()
+        token = self._thread_token()
         sub = self.writer.submit(ops, token=token)
         if token:
             self._queued_in_transaction(sub)
@@ -250,8 +277,6 @@ class Writing:
         """Commit everything queued and stop the writer (the Database is then Python's);
         settle what the ports still hold."""
         self.writer.close()
-        if self.checkpointer is not None:
-            self.checkpointer.close()
         with self.ports_lock:
             for port in self.ports.values():
                 port.settle()

@@ -168,11 +168,13 @@ class SQLiteStore(Store):
     mmap_size
         Bytes of the file to memory-map for reads (default 256 MiB; 0 disables).
     journal
-        Journal mode while open for writing. "wal" (default): readers never wait for the
-        writer, but every page is written twice (log, then file). "delete": a rollback journal,
-        which does not need to copy pages appended to the file, so bulk loads of large chunks
-        write about twice as fast; readers wait while a commit is written. The closed file is
-        in DELETE mode either way.
+        Journal mode while open for writing. "auto" (default): a rollback journal, in which
+        pages appended to the file are written once (bulk loads of large chunks and large
+        transactions), switching to WAL once commits turn out small and frequent (a rollback
+        journal syncs twice per commit). "wal": WAL throughout (readers never wait for the
+        writer; every page is written twice, log then file). "delete": a rollback journal
+        throughout (readers wait while a commit is written). The closed file is in DELETE
+        mode in every case.
     """
 
     supports_writes: bool = True
@@ -191,13 +193,13 @@ class SQLiteStore(Store):
         immutable: bool = False,
         cache_size: int | None = None,
         mmap_size: int | None = None,
-        journal: Literal["wal", "delete"] = "wal",
+        journal: Literal["auto", "wal", "delete"] = "auto",
     ) -> None:
         super().__init__(read_only=read_only or immutable)
         if durability not in _DURABILITY_LEVELS:
             raise ValueError(f"durability must be 'full', 'normal' or 'off', not {durability!r}")
-        if journal not in ("wal", "delete"):
-            raise ValueError(f"journal must be 'wal' or 'delete', not {journal!r}")
+        if journal not in ("auto", "wal", "delete"):
+            raise ValueError(f"journal must be 'auto', 'wal' or 'delete', not {journal!r}")
         self.path = os.path.abspath(os.fspath(path))
         self._options: dict[str, Any] = {
             "durability": durability,

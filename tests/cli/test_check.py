@@ -83,7 +83,7 @@ def test_every_kind_of_problem_is_one_line(sample_copy):
 
 
 def test_wal_mode_is_a_warning_and_strict_makes_it_a_problem(sample_copy):
-    store = SQLiteStore(sample_copy)  # a writer keeps it open: WAL mode
+    store = SQLiteStore(sample_copy, journal="wal")  # a writer keeps it open in WAL mode
     try:
         store.file_info()
         proc = run("check", sample_copy)

@@ -1,5 +1,6 @@
-"""Journal mode: WAL while a store is open for writing, DELETE (one self-contained file) after
-close, and recovery of a file a crashed writer left in WAL mode.
+"""Journal mode while a store is open for writing (journal="auto": a rollback journal, WAL once
+commits turn small and frequent; "wal": WAL throughout), DELETE (one self-contained file) after
+close, and recovery of a file a crashed writer left behind.
 
 While a zarrdb store has a file open, the file is looked at only from a child process (see
 sqlite_checks: two SQLite libraries in one process do not share POSIX locks)."""
@@ -7,6 +8,7 @@ sqlite_checks: two SQLite libraries in one process do not share POSIX locks)."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -26,7 +28,7 @@ from .sqlite_checks import (
 
 def test_wal_while_open_for_writing_delete_after_close(tmp_path):
     path = tmp_path / "wal.zarrdb"
-    store = SQLiteStore(path)
+    store = SQLiteStore(path, journal="wal")
     root = zarr.open_group(store, mode="w")
     root.create_array("a", shape=(10,), chunks=(5,), dtype="i4")[:] = np.arange(10)
 
@@ -35,6 +37,36 @@ def test_wal_while_open_for_writing_delete_after_close(tmp_path):
     assert (seen["write_version"], seen["read_version"]) == (2, 2)
     # what was written is committed: another process sees it
     assert {"zarr.json", "a/zarr.json", "a/c/0", "a/c/1"} <= set(seen["keys"])
+
+    store.close()
+    assert sidecars(path) == []
+    head = header(path)
+    assert (head[18], head[19]) == (1, 1)
+    assert_conforming(path)
+
+
+def test_auto_journal_rollback_while_writing_then_wal_after_small_commits(tmp_path):
+    """The default: a rollback journal while open (the header says rollback, the journal file
+    is kept empty between commits), WAL once a run of small commits has come, and one file in
+    DELETE mode after close either way."""
+    path = tmp_path / "auto.zarrdb"
+    store = SQLiteStore(path)
+    root = zarr.open_group(store, mode="w")
+    arr = root.create_array("a", shape=(10,), chunks=(5,), dtype="i4")
+    arr[:] = np.arange(10)  # two commits so far (metadata, then the chunks)
+
+    seen = peek_from_child(path)
+    assert (seen["write_version"], seen["read_version"]) == (1, 1)
+    assert {"zarr.json", "a/zarr.json", "a/c/0", "a/c/1"} <= set(seen["keys"])
+    assert "-wal" not in sidecars(path)
+    journal = f"{path}-journal"
+    assert not os.path.exists(journal) or os.path.getsize(journal) == 0
+
+    for i in range(40):  # small commits, one at a time
+        arr[i % 10] = -i
+    seen = peek_from_child(path)
+    assert (seen["write_version"], seen["read_version"]) == (2, 2)
+    assert seen["journal_mode"] == "wal"
 
     store.close()
     assert sidecars(path) == []
@@ -76,8 +108,8 @@ import numpy as np
 import zarr
 from zarrdb import SQLiteStore
 
-path, how = sys.argv[1], sys.argv[2]
-store = SQLiteStore(path)
+path, how, journal = sys.argv[1], sys.argv[2], sys.argv[3]
+store = SQLiteStore(path, journal=journal)
 root = zarr.open_group(store, mode="w")
 root.attrs["committed"] = True
 arr = root.create_array("data", shape=(100,), chunks=(10,), dtype="i8")
@@ -91,16 +123,22 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 @pytest.mark.parametrize("how", ["exit", "sigkill"])
 @pytest.mark.parametrize("first_open", ["read", "write"])
-def test_file_left_in_wal_mode_by_a_crashed_writer_recovers(tmp_path, how, first_open):
+@pytest.mark.parametrize("journal", ["wal", "auto"])
+def test_file_left_behind_by_a_crashed_writer_recovers(tmp_path, how, first_open, journal):
     path = tmp_path / "crashed.zarrdb"
-    proc = run_python(_CRASHING_WRITER, str(path), how)
+    proc = run_python(_CRASHING_WRITER, str(path), how, journal)
     assert proc.stdout.strip() == "written", proc.stderr
     assert proc.returncode == (0 if how == "exit" else -9), proc.stderr
 
-    # precondition: the writer really left the file in WAL mode with its -wal file
+    # precondition: what the writer really left: the file in WAL mode with its -wal file, or
+    # (between two commits in a rollback journal) the file in rollback mode and an empty journal
     head = header(path)
-    assert (head[18], head[19]) == (2, 2)
-    assert "-wal" in sidecars(path)
+    if journal == "wal":
+        assert (head[18], head[19]) == (2, 2)
+        assert "-wal" in sidecars(path)
+    else:
+        assert (head[18], head[19]) == (1, 1)
+        assert os.path.getsize(f"{path}-journal") == 0
 
     expected = np.arange(100) * 3
     if first_open == "read":

@@ -168,9 +168,10 @@ def _assert_locked(exc: DatabaseLockedError, path, elapsed: float) -> None:
 
 @pytest.mark.parametrize("holder", sorted(LOCK_HOLDERS))
 def test_busy_timeout_while_another_process_writes(tmp_path, holder):
-    """The store is open (WAL mode) when another process takes the write lock."""
+    """The store is open in WAL mode (readers are not blocked by a writer) when another
+    process takes the write lock."""
     path = tmp_path / "locked.zarrdb"
-    store = SQLiteStore(path, busy_timeout=0.3)
+    store = SQLiteStore(path, busy_timeout=0.3, journal="wal")
     try:
         arr = zarr.create_array(
             store, name="a", shape=(8,), chunks=(4,), dtype="int32", fill_value=0
@@ -388,12 +389,14 @@ def test_stdlib_sqlite3_in_this_process_after_closing_the_store(tmp_path):
         assert sorted(read_all(reader)) == ["from/stdlib", "from/zarrdb", "from/zarrdb-again"]
 
 
-def test_stdlib_sqlite3_in_another_process_while_the_store_is_open(tmp_path):
-    """Safe pattern 2: the store stays open (WAL mode) and writing in this process; another
-    process reads and writes the file with Python's sqlite3. SQLite's locks work across
-    processes, so both see each other's commits and nothing breaks."""
+@pytest.mark.parametrize("journal", ["wal", "auto"])
+def test_stdlib_sqlite3_in_another_process_while_the_store_is_open(tmp_path, journal):
+    """Safe pattern 2: the store stays open (in WAL mode, or in the rollback journal "auto"
+    starts with) and writing in this process; another process reads and writes the file with
+    Python's sqlite3. SQLite's locks work across processes, so both see each other's commits
+    and nothing breaks."""
     path = tmp_path / "shared-with-stdlib.zarrdb"
-    store = SQLiteStore(path)
+    store = SQLiteStore(path, journal=journal)
     try:
         arr = zarr.create_array(
             store, name="a", shape=(64,), chunks=(8,), dtype="int32", fill_value=0
@@ -419,9 +422,11 @@ def test_stdlib_sqlite3_in_another_process_while_the_store_is_open(tmp_path):
             result = {"seen": seen, "check": check, "mode": mode}
             """,
         )
-        assert result == {"seen": "z", "check": [["ok"]], "mode": "wal"}
-        # zarrdb still has its WAL (the other process's close did not remove it) and its locks
-        assert os.path.exists(f"{path}-wal")
+        expected_mode = "wal" if journal == "wal" else "delete"
+        assert result == {"seen": "z", "check": [["ok"]], "mode": expected_mode}
+        if journal == "wal":
+            # zarrdb still has its WAL (the other process's close did not remove it)
+            assert os.path.exists(f"{path}-wal")
         assert store.get_sync("from/stdlib").to_bytes() == b"s"
         arr[:8] = -1
         store.set_sync("from/zarrdb-after", buf.from_bytes(b"z2"))

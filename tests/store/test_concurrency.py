@@ -477,12 +477,12 @@ async def test_failed_transaction_leaves_nothing_async(tmp_path: Path) -> None:
 def test_group_commit_16_threads_batches_and_loses_nothing(tmp_path: Path) -> None:
     """16 threads, each calling set_sync in a loop with durability="full" (one fsync per
     commit): while one commit runs, the other 15 writers are waiting, so a group commit takes
-    several writes at once. Commits are counted in the WAL; 4 KiB pages keep all of them in
-    one WAL generation (below the automatic checkpoint at 1000 pages)."""
+    several writes at once. Commits are counted in the WAL (journal="wal"); 4 KiB pages keep
+    all of them in one WAL generation (below the checkpointer's limit)."""
     path = tmp_path / "group.zarrdb"
     per_thread = 16
     total = WRITERS_N * per_thread
-    store = SQLiteStore(path, durability="full", page_size=4096)
+    store = SQLiteStore(path, durability="full", page_size=4096, journal="wal")
     barrier = threading.Barrier(WRITERS_N)
 
     def writer(i: int) -> Callable[[], None]:
@@ -539,7 +539,7 @@ async def test_gathered_coroutines_waiting_for_a_lock_are_committed_together(
     for 16 writes (counted in the WAL, not by the store), for 16 KiB and for 300 KiB values
     (the blob-writing path)."""
     path = tmp_path / "gathered.zarrdb"
-    store = SQLiteStore(path, page_size=4096, busy_timeout=30)
+    store = SQLiteStore(path, page_size=4096, busy_timeout=30, journal="wal")
     try:
         await store.set("warm-up", buf(b"x"))
         for size in (16 * 1024, 300 * 1024):
@@ -577,7 +577,7 @@ async def test_writes_waiting_for_another_threads_transaction_are_one_commit(
     its end; then they are queued together and committed together: one commit for the
     transaction and one for the 16 writes that waited."""
     path = tmp_path / "deferred.zarrdb"
-    store = SQLiteStore(path, page_size=4096)
+    store = SQLiteStore(path, page_size=4096, journal="wal")
     try:
         await store.set("warm-up", buf(b"x"))
         generation0, commits0 = wal_commits(path)

@@ -1,0 +1,286 @@
+"""zarrdb._core.Writer: the C thread that owns a write connection.
+
+What is stored is checked with the standard-library sqlite3 in a child process (helpers), so
+these tests do not take the engine's word for it.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import sqlite3
+import threading
+import time
+
+import pytest
+
+from zarrdb import errors
+from zarrdb._core import Database, Port, Writer
+
+from .helpers import make_db_file, sqlite_rows
+
+
+@pytest.fixture
+def writer_db(tmp_path):
+    path = make_db_file(tmp_path / "writer.zarrdb", "wal")
+    db = Database(path)
+    yield db
+    db.close()
+
+
+def _drain_all(port: Port, count: int, timeout: float = 10.0) -> list:
+    done: list = []
+    deadline = time.monotonic() + timeout
+    while len(done) < count and time.monotonic() < deadline:
+        if port.has_fd:
+            select.select([port.fileno()], [], [], 0.5)
+        else:
+            port.wait(0.5)
+        done += port.drain()
+    return done
+
+
+def test_submissions_are_written_and_reported_done(writer_db):
+    writer = Writer(writer_db)
+    try:
+        sub = writer.submit([("set", "a", b"x" * 10), ("set", "big", os.urandom(300_000))])
+        sub.wait()
+        assert sub.done and sub.changes == 2
+        writer.submit([("delete", "a", None)]).wait()
+    finally:
+        writer.close()
+    rows = dict(sqlite_rows(writer_db.path, "SELECT k, length(v) FROM zarr"))
+    assert rows == {"big": 300_000}
+
+
+def test_large_values_written_through_the_blob_api_are_exact(writer_db):
+    """Values over blob_min go in as a zero-filled value written in place: the bytes stored
+    must be exactly the caller's, and set_if_absent must not overwrite."""
+    values = {f"v{i}": os.urandom(n) for i, n in enumerate((128 * 1024, 1_000_003, 5 << 20))}
+    writer = Writer(writer_db, blob_min=128 * 1024)
+    try:
+        writer.submit([("set", k, v) for k, v in values.items()]).wait()
+        sub = writer.submit([("set_if_absent", "v0", b"other"), ("set_if_absent", "new", b"n")])
+        sub.wait()
+        assert sub.changes == 1
+    finally:
+        writer.close()
+    stored = dict(sqlite_rows(writer_db.path, "SELECT k, v FROM zarr"))
+    assert stored == {**values, "new": b"n"}
+    types = set(sqlite_rows(writer_db.path, "SELECT typeof(v) FROM zarr"))
+    assert types == {("blob",)}
+
+
+def test_a_failing_write_fails_only_its_caller(tmp_path):
+    """A trigger (written with the standard-library sqlite3) refuses one key: in a batch with
+    other callers' writes, only the caller of that write gets the error; the others are
+    stored. The batch is made while the writer waits for a lock another connection holds."""
+    path = make_db_file(tmp_path / "trigger.zarrdb", "wal")
+    con = sqlite3.connect(path)
+    con.execute(
+        "CREATE TRIGGER refuse BEFORE INSERT ON zarr WHEN NEW.k = 'bad' "
+        "BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END"
+    )
+    con.commit()
+    con.close()
+    db = Database(path, busy_timeout=10)
+    holder = Database(path)
+    writer = Writer(db)
+    try:
+        holder.begin_write()  # the writer's first batch waits for this lock
+        first = writer.submit([("set", "first", b"1")])
+        time.sleep(0.2)
+        subs = [writer.submit([("set", f"ok{i}", b"v")]) for i in range(3)]
+        bad = writer.submit([("set", "fine-too", b"f"), ("set", "bad", b"b")])
+        subs += [writer.submit([("set", "ok3", b"v")])]
+        holder.rollback()
+        first.wait()
+        for sub in subs:
+            sub.wait()
+        with pytest.raises(errors.ConstraintError, match="refused by a trigger") as excinfo:
+            bad.wait()
+        assert "'bad'" in str(excinfo.value)
+        assert writer.stats()["retried_batches"] >= 1
+    finally:
+        writer.close()
+        holder.close()
+        db.close()
+    keys = {k for (k,) in sqlite_rows(path, "SELECT k FROM zarr")}
+    assert keys == {"first", "ok0", "ok1", "ok2", "ok3"}  # nothing of the failed submission
+
+
+def test_ordering_of_writes_to_one_key_is_kept(writer_db):
+    writer = Writer(writer_db)
+    try:
+        subs = [writer.submit([("set", "k", str(i).encode())]) for i in range(500)]
+        subs.append(writer.submit([("delete", "k", None)]))
+        subs.append(writer.submit([("set", "k", b"last")]))
+        for sub in subs:
+            sub.wait()
+    finally:
+        writer.close()
+    assert sqlite_rows(writer_db.path, "SELECT v FROM zarr WHERE k = 'k'") == [(b"last",)]
+
+
+def test_port_reports_every_submission_once(writer_db):
+    writer = Writer(writer_db)
+    port = Port(writer)
+    try:
+        subs = [writer.submit([("set", f"p/{i}", b"v")], port=port) for i in range(200)]
+        writer.flush()
+        done = _drain_all(port, len(subs))
+        assert sorted(map(id, done)) == sorted(map(id, subs))
+        assert port.pending == 0 and all(s.done and s.error() is None for s in done)
+        assert port.drain() == []
+    finally:
+        writer.close()
+
+
+def test_queue_bound_makes_submitters_wait(writer_db):
+    """With a queue bound of 1 MiB, a non-blocking submit of more is refused while the
+    writer is held; once released, it goes in."""
+    writer = Writer(writer_db, queue_bytes=1 << 20)
+    try:
+        db = writer.hold()
+        try:
+            assert writer.submit([("set", "a", bytes(600_000))], block=False) is not None
+            assert writer.submit([("set", "b", bytes(600_000))], block=False) is None
+            assert writer.stats()["queued_bytes"] > 600_000
+        finally:
+            writer.release()
+        writer.wait_for_room(600_000)
+        writer.submit([("set", "b", bytes(600_000))]).wait()
+        assert writer.stats()["max_queued_bytes"] <= 1 << 20
+    finally:
+        writer.close()
+
+
+def test_hold_waits_for_what_is_queued_and_stops_the_thread(writer_db):
+    writer = Writer(writer_db)
+    try:
+        for i in range(50):
+            writer.submit([("set", f"h/{i}", b"v")])
+        db = writer.hold()  # drain: all 50 are written before it returns
+        try:
+            assert db.count_prefix("h/") == 50
+            later = writer.submit([("set", "later", b"v")])
+            time.sleep(0.1)
+            assert not later.done  # the thread does not touch the connection meanwhile
+            assert db.get("later") is None
+        finally:
+            writer.release()
+        later.wait()
+    finally:
+        writer.close()
+
+
+def test_database_is_refused_to_python_while_the_thread_owns_it(writer_db):
+    writer = Writer(writer_db)
+    try:
+        with pytest.raises(errors.ConcurrentUseError):
+            writer_db.get("x")
+    finally:
+        writer.close()
+    assert writer_db.get("x") is None  # Python's again after close
+
+
+def test_transaction_token_defers_other_writes(writer_db):
+    writer = Writer(writer_db)
+    try:
+        db = writer.hold()
+        db.begin_write()
+        writer.begin_transaction(7)
+        writer.release()
+        inside = writer.submit([("set", "inside", b"i")], token=7)
+        outside = writer.submit([("set", "outside", b"o")])
+        inside.wait()
+        time.sleep(0.1)
+        assert not outside.done  # waits for the transaction's end
+        db = writer.hold()
+        db.commit()
+        writer.end_transaction()
+        writer.release()
+        outside.wait()
+    finally:
+        writer.close()
+    assert dict(sqlite_rows(writer_db.path, "SELECT k, v FROM zarr")) == {
+        "inside": b"i",
+        "outside": b"o",
+    }
+
+
+def test_close_writes_everything_queued_and_fails_writes_left_waiting(writer_db):
+    writer = Writer(writer_db)
+    db = writer.hold()
+    db.begin_write()
+    writer.begin_transaction(3)
+    writer.release()
+    queued = [writer.submit([("set", f"q/{i}", b"v")], token=3) for i in range(20)]
+    stranded = writer.submit([("set", "stranded", b"s")])  # waits for token 3's end
+    writer.close()
+    assert all(s.done for s in queued + [stranded])
+    with pytest.raises(errors.ClosedError):
+        stranded.wait()
+    with pytest.raises(errors.ClosedError):
+        writer.submit([("set", "after", b"a")])
+    writer_db.commit()
+    assert writer_db.count_prefix("q/") == 20
+
+
+def test_many_threads_submit_at_once(writer_db):
+    writer = Writer(writer_db)
+    errors_seen = []
+
+    def run(t):
+        try:
+            for i in range(100):
+                writer.submit([("set", f"t{t}/{i}", os.urandom(2000))]).wait()
+        except BaseException as exc:  # reported below
+            errors_seen.append(exc)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stats = writer.stats()
+    writer.close()
+    assert not errors_seen
+    assert writer_db.count_prefix("t") == 800
+    assert stats["batches"] < 800  # some were committed together
+
+
+def test_checkpointer_keeps_the_log_bounded(tmp_path):
+    path = make_db_file(tmp_path / "ckpt.zarrdb", "wal")
+    db = Database(path)
+    writer = Writer(db, checkpoint=True, checkpoint_pages=64, wal_limit_pages=256)
+    try:
+        for i in range(400):
+            writer.submit([("set", f"c/{i}", os.urandom(20_000))]).wait()
+        stats = writer.stats()
+    finally:
+        writer.close()
+        db.close()
+    assert stats["checkpoints"] > 0
+    # The log is started over once the checkpointer has copied it: far below 400 commits'
+    # worth of frames (and within the limit plus what one commit writes).
+    assert stats["max_wal_frames"] <= 256 + 16, stats
+    assert sqlite_rows(path, "SELECT count(*) FROM zarr") == [(400,)]
+
+
+def test_auto_journal_moves_to_wal_after_small_commits(tmp_path):
+    path = make_db_file(tmp_path / "auto.zarrdb", "delete")
+    db = Database(path)
+    db.journal_mode("truncate")
+    writer = Writer(db, checkpoint=True, wal_after=5, small_bytes=10_000)
+    try:
+        writer.submit([("set", "big", bytes(50_000))]).wait()
+        for i in range(4):
+            writer.submit([("set", f"s{i}", b"x")]).wait()
+        assert not writer.in_wal
+        writer.submit([("set", "s4", b"x")]).wait()
+        assert writer.in_wal and writer.stats()["switches_to_wal"] == 1
+    finally:
+        writer.close()
+    assert db.journal_mode() == "wal"
+    db.close()
