@@ -93,7 +93,7 @@ def check_file(path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> Re
         except sqlite3.DatabaseError as exc:
             _raise_unusable(path, exc, busy_timeout)
             report.readable = False
-            report.problem("damage", f"damaged: SQLite cannot read the file's schema ({exc})")
+            report.problem("damage", f"damaged: SQLite cannot read the file's schema or metadata ({exc})")
             _integrity(db, report)
             return report
         try:
@@ -156,13 +156,16 @@ class _Connection:
 def _integrity(db: _Connection, report: Report) -> None:
     """SQLite's own integrity check, one finding per line it reports."""
     try:
-        lines = [row[0] for row in db.execute("PRAGMA integrity_check")]
+        rows = [str(row[0]) for row in db.execute("PRAGMA integrity_check")]
     except sqlite3.DatabaseError as exc:
         report.problem("integrity", f"integrity: SQLite's integrity check cannot run ({exc})")
         return
-    if lines != ["ok"]:
-        for line in lines:
-            report.problem("integrity", f"integrity: {line}")
+    if rows == ["ok"]:
+        return
+    # A row may hold several findings, one a line, under a "*** in database main ***" heading.
+    for line in (line for row in rows for line in row.splitlines()):
+        if line.strip() and not line.startswith("***"):
+            report.problem("integrity", f"integrity: {line.strip()}")
 
 
 def _journal_checks(db: _Connection, path: str, report: Report) -> None:

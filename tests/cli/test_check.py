@@ -130,3 +130,33 @@ def test_unreadable_file_is_reported_as_damaged(sample_copy):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     assert any(line.startswith("damaged: ") for line in proc.stdout.splitlines())
+
+
+def test_damage_that_stops_info_is_listed_by_check(sample_copy):
+    """A record of the metadata table that runs off the end of its page: the store cannot be
+    opened, and info's hint sends the user to check, which lists what SQLite's integrity check
+    finds (one line each, exit code 1), not the same one-line error."""
+    con = sqlite3.connect(sample_copy)
+    page_size = con.execute("PRAGMA page_size").fetchone()[0]
+    (root,) = con.execute(
+        "SELECT rootpage FROM sqlite_schema WHERE name = 'zarr_sqlitestore_metadata'"
+    ).fetchone()
+    con.close()
+    data = bytearray(sample_copy.read_bytes())
+    page = (root - 1) * page_size
+    first_cell = int.from_bytes(data[page + 8 : page + 10], "big")  # a table leaf page
+    data[page + first_cell] = 100  # the record's length: 100 bytes, past the end of the page
+    sample_copy.write_bytes(bytes(data))
+    before = fingerprint(sample_copy)
+
+    info = run("info", sample_copy)
+    assert info.returncode == 2 and "Traceback" not in info.stderr
+    assert f"'zarrdb check {sample_copy}' lists what SQLite finds" in info.stderr
+
+    proc = run("check", sample_copy)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr == ""
+    lines = proc.stdout.splitlines()
+    assert f"integrity: On tree page {root} cell 0: Extends off end of page" in lines
+    assert lines[-1].endswith("problem(s), 0 warning(s)")
+    assert fingerprint(sample_copy) == before

@@ -126,3 +126,31 @@ def test_tree_of_a_subtree_and_json(sample_file):
         "/climate/station",
         "/climate/temperature",
     ]
+
+
+@pytest.mark.parametrize("kind", ["directory", "zip"])
+def test_info_and_tree_take_every_store_copy_takes(kind, sample_dir, sample_zip, sample_file):
+    """The same hierarchy in a directory or a zip: tree draws it alike, info describes every
+    array alike (the file facts are SQLite's alone)."""
+    path = sample_dir if kind == "directory" else sample_zip
+    before = fingerprint(path)
+    assert run("tree", path).stdout == run("tree", sample_file).stdout
+    assert run_json("tree", path, "/climate") == run_json("tree", sample_file, "/climate")
+    theirs, ours = run_json("info", path), run_json("info", sample_file)
+    assert theirs["file"] is None and theirs["store"]["kind"] == ("dir" if kind == "directory" else "zip")
+    assert theirs["groups"] == ours["groups"]
+    assert theirs["arrays"] == ours["arrays"]
+    text = run("info", path)
+    assert_ok(text)
+    assert "chunks stored 12 / 12" in text.stdout and "chunks stored 4 / 4 shards" in text.stdout
+    assert fingerprint(path) == before
+
+
+def test_copy_hint_names_a_command_that_works_there(sample_dir, tmp_path):
+    """copy of a path a directory does not hold names `zarrdb tree DIR`, which shows it."""
+    proc = run("copy", sample_dir, tmp_path / "out.zarrdb", "--path", "/nothing/here")
+    hint = f"'zarrdb tree {sample_dir}' shows what is there"
+    assert proc.returncode == 2 and hint in proc.stderr
+    tree = run("tree", sample_dir)
+    assert_ok(tree)
+    assert "temperature (40, 60) float32" in tree.stdout

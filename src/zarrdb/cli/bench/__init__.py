@@ -26,7 +26,7 @@ from pathlib import Path
 
 from zarrdb.cli.bench import report
 from zarrdb.cli.bench.harness import all_store_kinds, machine_counters, others_cpu_share, round_robin
-from zarrdb.cli.bench.workloads import Config, Context, workloads
+from zarrdb.cli.bench.workloads import Config, Context, all_workloads
 from zarrdb.cli.common import new_file
 from zarrdb.cli.framework import EXIT_OK, BadInput
 
@@ -151,7 +151,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 def _kinds(args: argparse.Namespace) -> list:
     kinds = all_store_kinds()
-    if not args.stores:
+    if args.stores is None:
         return kinds
     known = {k.name: k for k in kinds}
     names = [n.strip() for n in args.stores.split(",") if n.strip()]
@@ -225,7 +225,7 @@ def run_workloads(cfg: Config, kinds: list, root: Path, progress: bool = True) -
     """Every workload, each repetition running the stores that take part in turn."""
     ctx = Context(cfg, root, kinds)
     steps = []
-    for workload in workloads(cfg):
+    for workload in all_workloads(cfg):
         taking_part = [k for k in kinds if k.runs(workload.family, workload.data)]
         steps += [(workload, rep, kind) for rep, kind in round_robin(taking_part, cfg.repeat)]
     with _progress(progress, len(steps)) as advance:

@@ -4,7 +4,6 @@ against the reference that target names), as text, Markdown, JSON and a chart.""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,10 +45,28 @@ def _cell(results: Results, workload: str, store: str) -> str:
     return cell
 
 
-def table_rows(ctx: Context) -> list[list[str]]:
-    return [
-        [w] + [_cell(ctx.results, w, k.name) for k in ctx.kinds] for w in ctx.results.workloads()
-    ]
+def tables(ctx: Context) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, columns, rows) of the tables of a run: every workload against the stores, then
+    the ingests of the variants (kinds that only ingest) beside zarrdb and LocalStore."""
+    results = ctx.results
+    main = [k.name for k in ctx.kinds if k.ingest_only is None]
+    variants = [k.name for k in ctx.kinds if k.ingest_only is not None]
+    out = []
+    names = [w for w in results.workloads() if any((w, s) in results for s in main)]
+    if names:
+        title = f"median of {ctx.config.repeat} run(s); (n) = speed relative to LocalStore, >1 faster"
+        out.append((title, main, [[w] + [_cell(results, w, s) for s in main] for w in names]))
+    names = [w for w in results.workloads() if any((w, s) in results for s in variants)]
+    if names:
+        columns = [s for s in ("zarrdb", BASELINE) if s in main] + variants
+        title = "ingest variants: " + "; ".join(
+            f"{k.name} = {k.summary}" for k in ctx.kinds if k.ingest_only is not None
+        )
+        out.append((title, columns, [[w] + [_cell(results, w, s) for s in columns] for w in names]))
+    rows = target_rows(ctx)
+    if rows:
+        out.append(("targets: each ratio against the reference the target names", TARGET_COLUMNS[1:], rows))
+    return out
 
 
 def legend(cfg: Config) -> str:
@@ -143,41 +160,27 @@ def print_tables(ctx: Context) -> None:
     from rich.table import Table
 
     console = Console()
-    table = Table(
-        title=f"median of {ctx.config.repeat} run(s); (n) = speed relative to LocalStore, "
-        ">1 faster",
-        caption=legend(ctx.config),
-    )
-    table.add_column("workload")
-    for kind in ctx.kinds:
-        table.add_column(kind.name, justify="right")
-    for row in table_rows(ctx):
-        table.add_row(*row)
-    console.print(table)
-    rows = target_rows(ctx)
-    if rows:
-        goals = Table(title="targets: each ratio against the reference the target names")
-        for name in TARGET_COLUMNS:
-            goals.add_column(name, justify="left" if name == "workload" else "right")
+    if not console.is_terminal:
+        console = Console(width=160)  # a log or a pipe: no terminal to fit
+    for i, (title, columns, rows) in enumerate(tables(ctx)):
+        table = Table(title=title, caption=legend(ctx.config) if i == 0 else None)
+        table.add_column("workload")
+        for name in columns:
+            table.add_column(name, justify="right")
         for row in rows:
-            goals.add_row(*row)
-        console.print(goals)
-
-
-def _markdown(header: Sequence[str], rows: list[list[str]]) -> list[str]:
-    return [
-        "| " + " | ".join(header) + " |",
-        "| --- | " + " | ".join("---:" for _ in header[1:]) + " |",
-    ] + ["| " + " | ".join(row) + " |" for row in rows]
+            table.add_row(*row)
+        console.print(table)
 
 
 def markdown_tables(ctx: Context) -> str:
-    """Both tables as Markdown (for a README or an issue)."""
-    lines = _markdown(["workload"] + [k.name for k in ctx.kinds], table_rows(ctx))
-    goals = target_rows(ctx)
-    if goals:
-        lines += [""] + _markdown(TARGET_COLUMNS, goals)
-    return "\n".join(lines) + "\n"
+    """The tables as Markdown (for a README or an issue), each under its title."""
+    lines: list[str] = []
+    for title, columns, rows in tables(ctx):
+        lines += [f"{title}:", "", "| workload | " + " | ".join(columns) + " |"]
+        lines.append("| --- | " + " | ".join("---:" for _ in columns) + " |")
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        lines.append("")
+    return "\n".join(lines)
 
 
 def to_json(ctx: Context, conditions: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -400,7 +400,7 @@ class Workload:
     run: Callable[[Context, StoreKind], None]
 
 
-def workloads(cfg: Config) -> list[Workload]:
+def all_workloads(cfg: Config) -> list[Workload]:
     out: list[Workload] = []
     sets = [("small", cfg.small), ("large", cfg.large)] + ([("cube", cfg.cube_chunk)] if cfg.cube else [])
     for data, _ in sets:
