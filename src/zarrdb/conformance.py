@@ -93,7 +93,9 @@ def check_file(path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> Re
         except sqlite3.DatabaseError as exc:
             _raise_unusable(path, exc, busy_timeout)
             report.readable = False
-            report.problem("damage", f"damaged: SQLite cannot read the file's schema or metadata ({exc})")
+            report.problem(
+                "damage", f"damaged: SQLite cannot read the file's schema or metadata ({exc})"
+            )
             _integrity(db, report)
             return report
         try:
@@ -101,8 +103,7 @@ def check_file(path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> Re
                 report.problem("format", f"format: {note.replace('; reading it anyway', '')}")
         except errors.NotAZarrDBError:
             raise errors.NotAZarrDBError(
-                f"{path}: is not a .zarrdb file (an SQLite database without the SQLiteStore "
-                "tables)"
+                f"{path}: is not a .zarrdb file (an SQLite database without the SQLiteStore tables)"
             ) from None
         except errors.FormatError as exc:
             report.problem("format", f"format: {exc}")
@@ -202,7 +203,9 @@ def _schema_checks(db: _Connection, facts: _format.FileFacts, report: Report) ->
         names = [c[1] for c in columns]
         wanted = [name for name, _, _ in expected]
         if names != wanted:
-            report.problem("schema", f"schema: table {table!r} has the columns {names}, not {wanted}")
+            report.problem(
+                "schema", f"schema: table {table!r} has the columns {names}, not {wanted}"
+            )
             continue
         for (_, name, decl, notnull, _, pk), (_, want, want_pk) in zip(columns, expected):
             if decl.upper() != want:
@@ -218,7 +221,8 @@ def _schema_checks(db: _Connection, facts: _format.FileFacts, report: Report) ->
                 )
             if not notnull:
                 report.warning(
-                    "schema", f"schema: column {table}.{name} lacks NOT NULL (the spec recommends it)"
+                    "schema",
+                    f"schema: column {table}.{name} lacks NOT NULL (the spec recommends it)",
                 )
         for _, index, _, origin, _ in db.execute(f'PRAGMA index_list("{table}")'):
             if origin != "pk":
@@ -254,13 +258,16 @@ def _metadata_checks(db: _Connection, facts: _format.FileFacts, report: Report) 
         unknown = flags - _format.KNOWN_COMPATIBLE_FLAGS
         if unknown:
             report.warning(
-                "metadata", f"metadata: unknown compatible flags {', '.join(sorted(unknown))} (ignored)"
+                "metadata",
+                f"metadata: unknown compatible flags {', '.join(sorted(unknown))} (ignored)",
             )
     modified = meta.get("modified_at")
     if modified is None:
         return
     if _format.parse_timestamp(modified) is None:
-        report.problem("metadata", f"metadata: modified_at {modified!r} is not an RFC 3339 timestamp")
+        report.problem(
+            "metadata", f"metadata: modified_at {modified!r} is not an RFC 3339 timestamp"
+        )
     elif not modified.endswith("Z"):
         report.warning(
             "metadata",

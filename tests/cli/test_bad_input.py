@@ -101,15 +101,12 @@ def test_every_command_on_every_bad_file(bad_files, tmp_path, capsys):
     out = tmp_path / "out.zarrdb"
     before = {kind: fingerprint(path) for kind, (path, _) in bad_files.items()}
     for kind, (path, words) in bad_files.items():
-        commands = {
-            name: (argv, words) for name, argv in _zarrdb_only_commands(path, out).items()
-        }
+        commands = {name: (argv, words) for name, argv in _zarrdb_only_commands(path, out).items()}
         if kind in ("missing", "text", "empty", "other sqlite"):
             # Stores of any kind: a file that is none of them is refused by its content.
             store_words = "neither a .zarrdb" if kind in ("text", "empty") else words
             commands.update(
-                (name, (argv, store_words))
-                for name, argv in _any_store_commands(path, out).items()
+                (name, (argv, store_words)) for name, argv in _any_store_commands(path, out).items()
             )
         for name, (argv, expected) in commands.items():
             code = cli.main([str(a) for a in argv])

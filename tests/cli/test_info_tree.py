@@ -137,7 +137,9 @@ def test_info_and_tree_take_every_store_copy_takes(kind, sample_dir, sample_zip,
     assert run("tree", path).stdout == run("tree", sample_file).stdout
     assert run_json("tree", path, "/climate") == run_json("tree", sample_file, "/climate")
     theirs, ours = run_json("info", path), run_json("info", sample_file)
-    assert theirs["file"] is None and theirs["store"]["kind"] == ("dir" if kind == "directory" else "zip")
+    assert theirs["file"] is None and theirs["store"]["kind"] == (
+        "dir" if kind == "directory" else "zip"
+    )
     assert theirs["groups"] == ours["groups"]
     assert theirs["arrays"] == ours["arrays"]
     text = run("info", path)

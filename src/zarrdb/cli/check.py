@@ -27,7 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="count warnings (what the spec recommends) as problems too",
     )
     parser.add_argument(
-        "--all", action="store_true", help=f"print every problem (default: at most {CAP} of each kind)"
+        "--all",
+        action="store_true",
+        help=f"print every problem (default: at most {CAP} of each kind)",
     )
     add_busy_timeout(parser)
     parser.epilog = (
@@ -160,7 +162,9 @@ async def _metadata_nodes(store: Any, keys: list[str], found: Findings) -> dict[
                     warnings.simplefilter("ignore")
                     reason = await _zarr_cannot_read(store, node)
                 if reason:
-                    found.warning("zarr", f"{key}: zarr {zarr.__version__} cannot read it ({reason})")
+                    found.warning(
+                        "zarr", f"{key}: zarr {zarr.__version__} cannot read it ({reason})"
+                    )
             elif name in (hierarchy.V2_ARRAY, hierarchy.V2_GROUP):
                 node = hierarchy.node_from_v2(path, name, doc, {})
             else:

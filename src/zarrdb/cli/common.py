@@ -52,9 +52,7 @@ def new_file(*suffixes: str) -> Any:
     def check(text: str) -> str:
         folder = os.path.dirname(os.path.abspath(text))
         if suffixes and not text.lower().endswith(suffixes):
-            raise argparse.ArgumentTypeError(
-                f"{text!r} does not end in {' or '.join(suffixes)}"
-            )
+            raise argparse.ArgumentTypeError(f"{text!r} does not end in {' or '.join(suffixes)}")
         if os.path.isdir(text):
             raise argparse.ArgumentTypeError(f"{text!r} is a directory; give a file name")
         if not os.path.isdir(folder):

@@ -43,7 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "source", metavar="SRC", help="a .zarrdb file, a .zip file, a directory, or a URL (fsspec)"
     )
     parser.add_argument(
-        "dest", metavar="DST", help="where to copy to: a .zarrdb or .zip path, a directory, or a URL"
+        "dest",
+        metavar="DST",
+        help="where to copy to: a .zarrdb or .zip path, a directory, or a URL",
     )
     parser.add_argument(
         "--path",
@@ -58,7 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where the copy goes inside DST (default: the same path as --path)",
     )
     parser.add_argument(
-        "--verify", action="store_true", help="afterwards, compare every key and value of DST with SRC"
+        "--verify",
+        action="store_true",
+        help="afterwards, compare every key and value of DST with SRC",
     )
     parser.add_argument(
         "--overwrite",
@@ -159,7 +163,13 @@ async def make_plan(src: Any, source: Location, dest: Location, args: argparse.N
     if source.local and dest.local and os.path.exists(dest.path):
         if os.path.samefile(source.path, dest.path):
             raise BadInput(f"{dest.path}: is the source itself; copy to another place")
-    plan = Plan(source, dest, src_path, dst_path, await key_sizes(src, source, hierarchy.key_prefix(src_path)))
+    plan = Plan(
+        source,
+        dest,
+        src_path,
+        dst_path,
+        await key_sizes(src, source, hierarchy.key_prefix(src_path)),
+    )
     if not plan.listing:
         where = f" at {display(src_path)!r}" if src_path else ""
         raise BadInput(
@@ -172,7 +182,9 @@ async def make_plan(src: Any, source: Location, dest: Location, args: argparse.N
                 raise BadInput(f"{source.path}: {problem}; a .zarrdb file cannot hold it")
     # Metadata documents go last: a reader of a partial copy sees no node whose chunks are still
     # missing.
-    plan.listing.sort(key=lambda item: (item[0].rpartition("/")[2] in hierarchy.METADATA_NAMES, item[0]))
+    plan.listing.sort(
+        key=lambda item: (item[0].rpartition("/")[2] in hierarchy.METADATA_NAMES, item[0])
+    )
     if not dest.exists:
         plan.temporary = temporary_sibling(dest.path) if dest.local else None
         return plan
@@ -342,7 +354,10 @@ class Progress:
 
     def __enter__(self) -> Progress:
         if self.enabled and importlib.util.find_spec("rich") is None:
-            print("zarrdb: warning: no progress bar: it needs rich (pip install rich)", file=sys.stderr)
+            print(
+                "zarrdb: warning: no progress bar: it needs rich (pip install rich)",
+                file=sys.stderr,
+            )
             self.enabled = False
         if self.enabled:
             from rich.console import Console

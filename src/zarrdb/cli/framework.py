@@ -122,7 +122,9 @@ class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line on stderr, exit code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} (see '{self.prog} --help')\n")
+        self.exit(
+            EXIT_USAGE, f"{self.prog}: error: {one_line(message)} (see '{self.prog} --help')\n"
+        )
 
 
 EPILOG = """\

@@ -51,8 +51,12 @@ async def _check_move(store: Any, file: str, src: str, dst: str) -> None:
     node, _ = await hierarchy.read_node(store, src)
     if node is None:
         if await store.is_empty(src):
-            raise BadInput(f"{file}: nothing at {display(src)!r}; 'zarrdb tree {file}' shows the paths")
-        raise BadInput(f"{file}: {display(src)!r} is not an array or group (no metadata document there)")
+            raise BadInput(
+                f"{file}: nothing at {display(src)!r}; 'zarrdb tree {file}' shows the paths"
+            )
+        raise BadInput(
+            f"{file}: {display(src)!r} is not an array or group (no metadata document there)"
+        )
     if not await store.is_empty(dst) or await store.exists(dst):
         raise BadInput(f"{file}: {display(dst)!r} exists already; choose another name")
     up = hierarchy.parent(dst)
@@ -129,7 +133,9 @@ def run_snapshot(args: argparse.Namespace) -> int:
     if os.path.isdir(dest):
         raise BadInput(f"{dest}: is a directory; give the path of the new .zarrdb file")
     if os.path.exists(dest) and not args.overwrite:
-        raise BadInput(f"{dest}: exists already; pass --overwrite to replace it, or choose another name")
+        raise BadInput(
+            f"{dest}: exists already; pass --overwrite to replace it, or choose another name"
+        )
     parent = os.path.dirname(os.path.abspath(dest))
     if not os.path.isdir(parent):
         raise BadInput(f"{dest}: the folder {parent} does not exist; create it first")

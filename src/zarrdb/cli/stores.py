@@ -20,8 +20,8 @@ from zarrdb import errors
 from zarrdb.cli.framework import BadInput, one_line
 
 if TYPE_CHECKING:
-    from zarr.abc.store import Store
     from zarr.abc.buffer import Buffer
+    from zarr.abc.store import Store
 
     from zarrdb import SQLiteStore
 
@@ -166,7 +166,11 @@ def classify(path: str, role: str) -> Location:
             return Location(path, "zarrdb", True)
         if kind == "zip":
             return Location(path, "zip", True)
-        if kind == "empty" and role == "destination" and lower.endswith(ZARRDB_SUFFIXES + (".zip",)):
+        if (
+            kind == "empty"
+            and role == "destination"
+            and lower.endswith(ZARRDB_SUFFIXES + (".zip",))
+        ):
             return Location(path, "zip" if lower.endswith(".zip") else "zarrdb", False)
         raise BadInput(
             f"{path}: is neither a .zarrdb file, a .zip file nor a directory"

@@ -25,7 +25,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from zarrdb.cli.bench import report
-from zarrdb.cli.bench.harness import all_store_kinds, machine_counters, others_cpu_share, round_robin
+from zarrdb.cli.bench.harness import (
+    all_store_kinds,
+    machine_counters,
+    others_cpu_share,
+    round_robin,
+)
 from zarrdb.cli.bench.workloads import Config, Context, all_workloads
 from zarrdb.cli.common import new_file
 from zarrdb.cli.framework import EXIT_OK, BadInput
@@ -106,7 +111,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"repetitions of each workload (default {QUICK.repeat}; --full {FULL.repeat})",
     )  # fmt: skip
     parser.add_argument(
-        "--json", type=new_file(), metavar="FILE", help="write every sample and the environment here"
+        "--json",
+        type=new_file(),
+        metavar="FILE",
+        help="write every sample and the environment here",
     )
     parser.add_argument(
         "--markdown", type=new_file(), metavar="FILE", help="write the tables as Markdown here"
@@ -181,7 +189,9 @@ def _scratch(args: argparse.Namespace, stack: contextlib.ExitStack) -> Path:
     if args.dir.exists() and not args.dir.is_dir():
         raise BadInput(f"argument --dir: {args.dir} is not a directory (accepted: a folder)")
     if not args.dir.parent.is_dir():
-        raise BadInput(f"argument --dir: the folder {args.dir.parent} does not exist; create it first")
+        raise BadInput(
+            f"argument --dir: the folder {args.dir.parent} does not exist; create it first"
+        )
     args.dir.mkdir(exist_ok=True)
     return args.dir
 
@@ -206,7 +216,10 @@ def run(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         since = machine_counters()
         ctx = run_workloads(cfg, kinds, root, progress=not args.quiet)
-        conditions = {"seconds": round(time.perf_counter() - started, 1), "others_cpu_share": others_cpu_share(since)}
+        conditions = {
+            "seconds": round(time.perf_counter() - started, 1),
+            "others_cpu_share": others_cpu_share(since),
+        }
     report.print_tables(ctx)
     print(f"({conditions['seconds']:.0f} s)")
     if args.json:
@@ -248,7 +261,12 @@ def _progress(enabled: bool, total: int) -> Iterator[Callable[[str], None]]:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("benchmark", total=total)
         started = [False]

@@ -44,8 +44,8 @@ class StoreKind:
     make: Callable[[Path, bool], Any]  # (path, read_only) -> store
     suffix: str
     summary: str
-    writing: Callable[[Any], contextlib.AbstractContextManager[Any]] = (
-        lambda store: contextlib.nullcontext()
+    writing: Callable[[Any], contextlib.AbstractContextManager[Any]] = lambda store: (
+        contextlib.nullcontext()
     )
     finish: Callable[[Path], None] | None = None
     ingest_only: frozenset[str] | None = None
@@ -126,7 +126,10 @@ def all_store_kinds() -> list[StoreKind]:
             ingest_only=frozenset({"large", "cube"}),
         ),
         StoreKind(
-            "local", lambda p, ro: LocalStore(p, read_only=ro), ".zarr", "zarr's LocalStore (no fsync)"
+            "local",
+            lambda p, ro: LocalStore(p, read_only=ro),
+            ".zarr",
+            "zarr's LocalStore (no fsync)",
         ),
         StoreKind(
             "local-fsync",
@@ -167,7 +170,7 @@ def remove(path: Path) -> None:
         path.unlink()
 
 
-# --- data ------------------------------------------------------------------------------------------
+# --- data ----------------------------------------------------------------------------------------
 
 
 def synthetic_field(size: int, seed: int = 0) -> np.ndarray:
@@ -194,7 +197,7 @@ def synthetic_cube(edge: int, seed: int = 0) -> np.ndarray:
     return out
 
 
-# --- results ---------------------------------------------------------------------------------------
+# --- results -------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -222,7 +225,7 @@ class Results(dict[tuple[str, str], Result]):
         return list(dict.fromkeys(w for w, _ in self))
 
 
-# --- timing ---------------------------------------------------------------------------------------
+# --- timing --------------------------------------------------------------------------------------
 
 
 def timed(fn: Callable[[], Any]) -> float:

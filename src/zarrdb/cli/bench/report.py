@@ -54,7 +54,9 @@ def tables(ctx: Context) -> list[tuple[str, list[str], list[list[str]]]]:
     out = []
     names = [w for w in results.workloads() if any((w, s) in results for s in main)]
     if names:
-        title = f"median of {ctx.config.repeat} run(s); (n) = speed relative to LocalStore, >1 faster"
+        title = (
+            f"median of {ctx.config.repeat} run(s); (n) = speed relative to LocalStore, >1 faster"
+        )
         out.append((title, main, [[w] + [_cell(results, w, s) for s in main] for w in names]))
     names = [w for w in results.workloads() if any((w, s) in results for s in variants)]
     if names:
@@ -65,7 +67,9 @@ def tables(ctx: Context) -> list[tuple[str, list[str], list[list[str]]]]:
         out.append((title, columns, [[w] + [_cell(results, w, s) for s in columns] for w in names]))
     rows = target_rows(ctx)
     if rows:
-        out.append(("targets: each ratio against the reference the target names", TARGET_COLUMNS[1:], rows))
+        out.append(
+            ("targets: each ratio against the reference the target names", TARGET_COLUMNS[1:], rows)
+        )
     return out
 
 
@@ -74,7 +78,8 @@ def legend(cfg: Config) -> str:
     parts = [
         f"small = {cfg.size}x{cfg.size} float32 in {cfg.small}x{cfg.small} chunks "
         f"({size_label(cfg.chunk_bytes('small'))})",
-        f"large = the same in {cfg.large}x{cfg.large} chunks ({size_label(cfg.chunk_bytes('large'))})",
+        f"large = the same in {cfg.large}x{cfg.large} chunks "
+        f"({size_label(cfg.chunk_bytes('large'))})",
     ]
     if cfg.cube:
         parts.append(
@@ -84,7 +89,7 @@ def legend(cfg: Config) -> str:
     return "; ".join(parts)
 
 
-# --- targets ---------------------------------------------------------------------------------------
+# --- targets -------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -152,7 +157,7 @@ def target_rows(ctx: Context) -> list[list[str]]:
 TARGET_COLUMNS = ["workload", "store / reference", "ratio", "target", "met"]
 
 
-# --- output ---------------------------------------------------------------------------------------
+# --- output --------------------------------------------------------------------------------------
 
 
 def print_tables(ctx: Context) -> None:

@@ -84,7 +84,9 @@ class Context:
         return self.cube if name == "cube" else self.field
 
 
-def create_array(store: Any, data: np.ndarray, chunks: int, compressed: bool, shards: int | None = None):
+def create_array(
+    store: Any, data: np.ndarray, chunks: int, compressed: bool, shards: int | None = None
+):
     ndim = data.ndim
     return zarr.create_array(
         store,
@@ -115,7 +117,9 @@ class Ingest:
     def setup(self) -> None:
         remove(self.path)
         self.store = self.kind.make(self.path, False)
-        self.arr = create_array(self.store, self.ctx.data(self.data_name), self.chunks, self.compressed)
+        self.arr = create_array(
+            self.store, self.ctx.data(self.data_name), self.chunks, self.compressed
+        )
 
     def run(self) -> None:
         with self.kind.writing(self.store):
@@ -128,7 +132,9 @@ class Ingest:
         """Read everything back (this also brings the file into the OS page cache)."""
         store = self.kind.make(self.path, True)
         try:
-            if not np.array_equal(zarr.open_array(store, mode="r")[:], self.ctx.data(self.data_name)):
+            if not np.array_equal(
+                zarr.open_array(store, mode="r")[:], self.ctx.data(self.data_name)
+            ):
                 raise AssertionError(
                     f"{self.kind.name}: {self.label} read back differs from what was written"
                 )
@@ -143,7 +149,10 @@ class FullRead:
     def __init__(self, ctx: Context, kind: StoreKind, label: str) -> None:
         self.kind, self.path = kind, kind.path(ctx.root, label)
 
+    store: Any = None
+
     def setup(self) -> None:
+        self.teardown()  # the store of the round before
         self.store = self.kind.make(self.path, True)
         self.arr = zarr.open_array(self.store, mode="r")
 
@@ -151,7 +160,9 @@ class FullRead:
         self.arr[:]
 
     def teardown(self) -> None:
-        close(self.store)
+        if self.store is not None:
+            close(self.store)
+            self.store = None
 
 
 class Windows:
@@ -164,7 +175,10 @@ class Windows:
         rng = np.random.default_rng(1)
         self.corners = rng.integers(0, ctx.config.size - WINDOW, size=(ctx.config.windows, 2))
 
+    store: Any = None
+
     def setup(self) -> None:
+        self.teardown()  # the store of the round before
         if (self.kind.name, self.label) not in self.ctx.prepared:
             remove(self.path)
             store = self.kind.make(self.path, False)
@@ -184,7 +198,9 @@ class Windows:
                 raise AssertionError(f"{self.kind.name}: wrong window at {i},{j}")
 
     def teardown(self) -> None:
-        close(self.store)
+        if self.store is not None:
+            close(self.store)
+            self.store = None
 
 
 class GatheredSet:
@@ -199,7 +215,11 @@ class GatheredSet:
         self.n = max(self.BATCH, ctx.config.single_calls // self.BATCH * self.BATCH)
         self.value = default_buffer_prototype().buffer.from_bytes(os.urandom(self.SIZE))
 
+    store: Any = None
+
     def setup(self) -> None:
+        if self.store is not None:  # the store of the round before
+            close(self.store)
         remove(self.path)
         self.store = self.kind.make(self.path, False)
 
@@ -221,7 +241,7 @@ class GatheredSet:
             raise AssertionError(f"{self.kind.name}: {found} of {self.n} gathered writes stored")
 
 
-# --- the workloads of `zarrdb bench` ---------------------------------------------------------------
+# --- the workloads of `zarrdb bench` -------------------------------------------------------------
 
 
 def ingest_and_read(ctx: Context, kind: StoreKind, data: str, compressed: bool) -> None:
@@ -244,7 +264,9 @@ def ingest_and_read(ctx: Context, kind: StoreKind, data: str, compressed: bool) 
     ctx.results.record(f"read {case.label}", kind.name, "s", statistics.median(times), nbytes)
 
 
-def random_windows(ctx: Context, kind: StoreKind, label: str, chunks: int, shards: int | None) -> None:
+def random_windows(
+    ctx: Context, kind: StoreKind, label: str, chunks: int, shards: int | None
+) -> None:
     case = Windows(ctx, kind, label, chunks, shards)
     case.setup()
     elapsed = timed(case.run)
@@ -283,7 +305,9 @@ def reader_threads(ctx: Context, kind: StoreKind, nthreads: int) -> None:
             parts = [keys[t::nthreads] for t in range(nthreads)]
             one = timed(lambda: get_all(keys))
             many = timed(lambda: in_threads(get_all, [(p,) for p in parts]))
-            ctx.results.record(f"{nthreads} threads get_sync (speed-up)", kind.name, "x", one / many)
+            ctx.results.record(
+                f"{nthreads} threads get_sync (speed-up)", kind.name, "x", one / many
+            )
 
         rows = ctx.config.size // nthreads
 
@@ -320,7 +344,9 @@ def single_calls(ctx: Context, kind: StoreKind) -> None:
         record(f"async get {name}", kind.name, "us/op", get_s / n * 1e6)
         if hasattr(store, "get_sync") and hasattr(store, "set_sync"):
             set_s = timed(lambda: [store.set_sync(f"sync{size}/{i}", buf) for i in range(n)])
-            get_s = timed(lambda: [store.get_sync(f"sync{size}/{i}", prototype=proto) for i in range(n)])
+            get_s = timed(
+                lambda: [store.get_sync(f"sync{size}/{i}", prototype=proto) for i in range(n)]
+            )
             record(f"sync set {name}", kind.name, "us/op", set_s / n * 1e6)
             record(f"sync get {name}", kind.name, "us/op", get_s / n * 1e6)
     close(store)
@@ -342,7 +368,9 @@ def listing(ctx: Context, kind: StoreKind) -> None:
         store = kind.make(path, False)
         one = default_buffer_prototype().buffer.from_bytes(b"x")
         keys = [
-            f"g/a{c:03d}/c/{k}" for c in range(cfg.list_children) for k in range(cfg.list_keys_per_child)
+            f"g/a{c:03d}/c/{k}"
+            for c in range(cfg.list_children)
+            for k in range(cfg.list_keys_per_child)
         ]
 
         async def fill() -> None:
@@ -402,13 +430,22 @@ class Workload:
 
 def all_workloads(cfg: Config) -> list[Workload]:
     out: list[Workload] = []
-    sets = [("small", cfg.small), ("large", cfg.large)] + ([("cube", cfg.cube_chunk)] if cfg.cube else [])
+    sets = [("small", cfg.small), ("large", cfg.large)] + (
+        [("cube", cfg.cube_chunk)] if cfg.cube else []
+    )
     for data, _ in sets:
         for compressed in (False, True) if data != "cube" else (False,):
             label = f"{data}-{'zstd' if compressed else 'raw'}"
             run = functools.partial(_ingest_and_read, data=data, compressed=compressed)
             out.append(Workload(f"ingest/read {label}", "ingest", data, run))
-    out.append(Workload("windows", "other", None, lambda c, k: random_windows(c, k, "small", c.config.small, None)))
+    out.append(
+        Workload(
+            "windows",
+            "other",
+            None,
+            lambda c, k: random_windows(c, k, "small", c.config.small, None),
+        )
+    )
     for shard in cfg.shard_sizes:
         label = f"shard-{size_label(shard * shard * 4)}"
         run = functools.partial(_windows, label=label, shard=shard)
