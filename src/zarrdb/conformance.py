@@ -124,20 +124,16 @@ def check_file(path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> Re
 def _raise_unusable(path: str, exc: sqlite3.DatabaseError, busy_timeout: float) -> None:
     """Raise what makes checking impossible (a lock, not a database); return on damage."""
     code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-    if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
-        raise errors.DatabaseLockedError(
-            f"{path}: the database is locked by another process (waited {busy_timeout:g} s)",
-            code=code,
-            sqlite_message=str(exc),
-            filename=path,
-        ) from None
-    if code == _SQLITE_NOTADB:
-        raise errors.NotADatabaseError(
-            f"{path}: is not a .zarrdb file (not an SQLite database: {exc})",
-            code=code,
-            sqlite_message=str(exc),
-            filename=path,
-        ) from None
+    locked = (errors.DatabaseLockedError, f"the database is locked (waited {busy_timeout:g} s)")
+    unusable = {
+        _SQLITE_BUSY: locked,
+        _SQLITE_LOCKED: locked,
+        _SQLITE_NOTADB: (errors.NotADatabaseError, "is not a .zarrdb file (not SQLite)"),
+    }
+    if code in unusable:
+        cls, what = unusable[code]
+        message = f"{path}: {what}: {exc}"
+        raise cls(message, code=code, sqlite_message=str(exc), filename=path) from None
 
 
 class _Connection:

@@ -69,16 +69,36 @@ def bad_arguments(file, tmp_path):
     ]
 
 
-def test_bad_arguments_of_every_subcommand(sample_copy, tmp_path):
+def test_bad_arguments_of_every_subcommand(sample_copy, tmp_path, capsys):
+    """The whole table in-process (the same main() the command runs)."""
     from zarrdb import cli
 
     cases = bad_arguments(sample_copy, tmp_path)
     assert {argv[0] for argv, _ in cases} == {c.name for c in cli.COMMANDS if c.available()}
     before = fingerprint(sample_copy), sorted(p.name for p in tmp_path.iterdir())
-    results = run_many([argv for argv, _ in cases], timeout=60)
-    for (argv, words), proc in zip(cases, results):
-        assert_bad_input(proc, *words)
+    for argv, words in cases:
+        label = "zarrdb " + " ".join(map(str, argv))
+        try:
+            code = cli.main([str(a) for a in argv])
+        except SystemExit as stop:  # argparse's own errors leave through SystemExit
+            code = stop.code
+        captured = capsys.readouterr()
+        assert code == 2, f"{label}: exit {code}\n{captured.out}\n{captured.err}"
+        assert "Traceback" not in captured.err and captured.out == "", f"{label}: {captured}"
+        lines = captured.err.strip().splitlines()
+        assert len(lines) == 1, f"{label}: {len(lines)} lines:\n{captured.err}"
+        for word in words:
+            assert word in lines[0], f"{label}: {word!r} not in {lines[0]!r}"
     assert (fingerprint(sample_copy), sorted(p.name for p in tmp_path.iterdir())) == before
+
+
+def test_bad_arguments_in_real_processes(sample_copy, tmp_path):
+    """One bad argument of each subcommand through `python -m zarrdb` itself."""
+    cases = list(
+        {argv[0]: (argv, words) for argv, words in bad_arguments(sample_copy, tmp_path)}.values()
+    )
+    for (_, words), proc in zip(cases, run_many([argv for argv, _ in cases], timeout=60)):
+        assert_bad_input(proc, *words)
 
 
 def test_plot_without_matplotlib_fails_before_the_run(tmp_path):

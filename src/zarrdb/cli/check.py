@@ -11,8 +11,8 @@ from typing import Any
 
 from zarrdb import conformance, errors
 from zarrdb.cli import hierarchy
-from zarrdb.cli.common import add_busy_timeout, display, emit_json
-from zarrdb.cli.framework import EPILOG, EXIT_OK, EXIT_PROBLEMS, BadInput, one_line
+from zarrdb.cli.common import add_busy_timeout, display, emit_json, epilog
+from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput, one_line
 from zarrdb.cli.hierarchy import MetadataError, Node
 from zarrdb.cli.stores import closing, open_zarrdb, require_zarrdb_path
 
@@ -32,15 +32,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"print every problem (default: at most {CAP} of each kind)",
     )
     add_busy_timeout(parser)
-    parser.epilog = (
+    parser.epilog = epilog(
         "Checks: the SQLiteStore 1.0 rules (application id, exactly the two tables with their\n"
         "columns, types, NOT NULL and BINARY keys, the metadata records, no NULLs, keys TEXT and\n"
         "values BLOB, the key rules on every key, journal mode); SQLite's integrity check (also\n"
         "on a damaged file); every zarr.json is a JSON object with zarr_format 3 and a node_type\n"
         "that zarr can read; every other key is a chunk of an array and lies inside its chunk\n"
         "grid (shards count as chunks of the outer grid; both the default and the v2 chunk key\n"
-        "encoding are understood). Each problem is one line; 'ok' when there is none.\n\n"
-        "example:\n  zarrdb check data.zarrdb && echo sound\n\n" + EPILOG
+        "encoding are understood). Each problem is one line; 'ok' when there is none.",
+        "zarrdb check data.zarrdb && echo sound",
     )
 
 

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from zarrdb.cli.framework import BadInput
+from zarrdb.cli.framework import EPILOG, BadInput
 
 # --- argument types (argparse turns their ArgumentTypeError into one line, exit code 2) ------
 
@@ -62,6 +62,13 @@ def new_file(*suffixes: str) -> Any:
         return text
 
     return check
+
+
+def epilog(text: str, *examples: str) -> str:
+    """A command's help epilog: `text` (lines of at most 90 characters), its examples, and
+    the exit codes."""
+    head = f"{text}\n\n" if text else ""
+    return head + "examples:\n" + "".join(f"  {e}\n" for e in examples) + "\n" + EPILOG
 
 
 def add_busy_timeout(parser: argparse.ArgumentParser) -> None:

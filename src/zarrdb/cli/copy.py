@@ -18,8 +18,16 @@ from typing import Any
 
 from zarrdb import conformance
 from zarrdb.cli import hierarchy
-from zarrdb.cli.common import add_busy_timeout, byte_size, display, emit_json, human, inner_path
-from zarrdb.cli.framework import EPILOG, EXIT_OK, EXIT_PROBLEMS, BadInput
+from zarrdb.cli.common import (
+    add_busy_timeout,
+    byte_size,
+    display,
+    emit_json,
+    epilog,
+    human,
+    inner_path,
+)
+from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput
 from zarrdb.cli.stores import (
     Location,
     classify,
@@ -87,18 +95,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     progress.add_argument("--no-progress", dest="progress", action="store_false")
     add_busy_timeout(parser)
-    parser.epilog = (
+    parser.epilog = epilog(
         "Values are copied byte for byte (no decoding), in batches of at most --batch-bytes,\n"
         "each written in one transaction. The kind of store is told by the file's content for\n"
         "existing files, else by the name: .zarrdb (also .sqlite, .db) and .zip are files,\n"
         "anything with '://' is a URL opened through fsspec (pip install fsspec), and anything\n"
         "else is a directory. A new .zarrdb, .zip or directory is written under a temporary name\n"
-        "and renamed into place when complete, so an interrupted copy leaves nothing behind.\n\n"
-        "examples:\n"
-        "  zarrdb copy data.zarr data.zarrdb            # directory store -> one file\n"
-        "  zarrdb copy data.zarrdb data.zip --verify\n"
-        "  zarrdb copy data.zarrdb small.zarrdb --path /climate/temperature --dest-path /\n"
-        "  zarrdb copy s3://bucket/data.zarr data.zarrdb   # needs fsspec and s3fs\n\n" + EPILOG
+        "and renamed into place when complete, so an interrupted copy leaves nothing behind.",
+        "zarrdb copy data.zarr data.zarrdb            # directory store -> one file",
+        "zarrdb copy data.zarrdb data.zip --verify",
+        "zarrdb copy data.zarrdb small.zarrdb --path /climate/temperature --dest-path /",
+        "zarrdb copy s3://bucket/data.zarr data.zarrdb   # needs fsspec and s3fs",
     )
 
 

@@ -326,26 +326,12 @@ def node_from_v3(path: str, doc: dict[str, Any]) -> Node:
         codecs, inner = _codec_names(doc["codecs"])
     except MetadataError as exc:
         raise MetadataError(f"{where}: {exc}") from None
-    node = Node(
-        path,
-        "array",
-        3,
-        attributes=attrs,
-        shape=shape,
-        dtype=dtype,
-        itemsize=itemsize,
-        grid=grid,
-        grid_chunk_shape=grid_chunk_shape,
-        codecs=codecs,
-        key_encoding=enc_name,
-        separator=separator,
-    )
-    if inner is not None:
-        node.shard_shape = grid_chunk_shape
-        node.chunk_shape = inner
-    else:
-        node.chunk_shape = grid_chunk_shape
-    return node
+    sharded = inner is not None
+    return _array_node(
+        path, 3, attrs, shape, (dtype, itemsize), grid, grid_chunk_shape, codecs,
+        (enc_name, separator), chunk_shape=inner if sharded else grid_chunk_shape,
+        shard_shape=grid_chunk_shape if sharded else None,
+    )  # fmt: skip
 
 
 # --- Zarr v2 -----------------------------------------------------------------------------------
@@ -389,21 +375,24 @@ def node_from_v2(path: str, name: str, doc: dict[str, Any], attrs: dict[str, Any
         grid = tuple(_expand_edges(c, s, d) for d, (c, s) in enumerate(zip(chunks, shape)))
     except MetadataError as exc:
         raise MetadataError(f"{where}: {exc}") from None
+    return _array_node(
+        path, 2, attrs, shape, (dtype, itemsize), grid, chunks, codecs or ["(none)"],
+        ("v2", separator), chunk_shape=chunks,
+    )  # fmt: skip
+
+
+def _array_node(
+    path: str, zarr_format: int, attrs: dict[str, Any], shape: tuple[int, ...],
+    dtype: tuple[str, int | None], grid: tuple[tuple[int, ...], ...] | None,
+    grid_chunk_shape: tuple[int, ...] | None, codecs: list[str], encoding: tuple[str, str],
+    *, chunk_shape: tuple[int, ...] | None, shard_shape: tuple[int, ...] | None = None,
+) -> Node:  # fmt: skip
+    """An array node; `dtype` is (name, itemsize), `encoding` (chunk key encoding, separator)."""
     return Node(
-        path,
-        "array",
-        2,
-        attributes=attrs,
-        shape=shape,
-        dtype=dtype,
-        itemsize=itemsize,
-        grid=grid,
-        grid_chunk_shape=chunks,
-        chunk_shape=chunks,
-        codecs=codecs or ["(none)"],
-        key_encoding="v2",
-        separator=separator,
-    )
+        path, "array", zarr_format, attributes=attrs, shape=shape, dtype=dtype[0],
+        itemsize=dtype[1], grid=grid, grid_chunk_shape=grid_chunk_shape, chunk_shape=chunk_shape,
+        shard_shape=shard_shape, codecs=codecs, key_encoding=encoding[0], separator=encoding[1],
+    )  # fmt: skip
 
 
 # --- reading nodes from a store ------------------------------------------------------------------

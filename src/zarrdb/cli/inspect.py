@@ -11,8 +11,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from zarrdb.cli import hierarchy
-from zarrdb.cli.common import add_busy_timeout, display, emit_json, human, inner_path, shape, warn
-from zarrdb.cli.framework import EPILOG, EXIT_OK, BadInput
+from zarrdb.cli.common import (
+    add_busy_timeout,
+    display,
+    emit_json,
+    epilog,
+    human,
+    inner_path,
+    shape,
+    warn,
+)
+from zarrdb.cli.framework import EXIT_OK, BadInput
 from zarrdb.cli.hierarchy import Node
 from zarrdb.cli.stores import STORE_KINDS, Location, classify, closing, key_sizes, open_store
 
@@ -41,12 +50,13 @@ def _warn_problems(where: Location, problems: Sequence[str]) -> None:
 
 def add_info_arguments(parser: argparse.ArgumentParser) -> None:
     _add_store_argument(parser)
-    parser.epilog = (
+    parser.epilog = epilog(
         "Chunk values are never read: sizes come from the store's record of each value's\n"
         "length. ratio = uncompressed bytes of the whole array / stored bytes of its chunks (as\n"
-        "zarr's Array.info 'Storage ratio'; a partly written array shows a high ratio).\n\n"
-        "examples:\n  zarrdb info data.zarrdb\n  zarrdb info data.zarr\n"
-        "  zarrdb info --json data.zarrdb | jq '.arrays[].path'\n\n" + EPILOG
+        "zarr's Array.info 'Storage ratio'; a partly written array shows a high ratio).",
+        "zarrdb info data.zarrdb",
+        "zarrdb info data.zarr",
+        "zarrdb info --json data.zarrdb | jq '.arrays[].path'",
     )
 
 
@@ -193,9 +203,11 @@ def add_tree_arguments(parser: argparse.ArgumentParser) -> None:
         help="show only the sub-tree at PATH (default: the whole hierarchy)",
     )
     add_busy_timeout(parser)
-    parser.epilog = (
-        "examples:\n  zarrdb tree data.zarrdb\n  zarrdb tree data.zarrdb /climate\n"
-        "  zarrdb tree data.zip\n\n" + EPILOG
+    parser.epilog = epilog(
+        "",
+        "zarrdb tree data.zarrdb",
+        "zarrdb tree data.zarrdb /climate",
+        "zarrdb tree data.zip",
     )
 
 

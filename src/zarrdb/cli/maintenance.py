@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from zarrdb.cli import hierarchy
-from zarrdb.cli.common import add_busy_timeout, display, emit_json, human, inner_path
-from zarrdb.cli.framework import EPILOG, EXIT_OK, BadInput
+from zarrdb.cli.common import add_busy_timeout, display, emit_json, epilog, human, inner_path
+from zarrdb.cli.framework import EXIT_OK, BadInput
 from zarrdb.cli.stores import closing, open_zarrdb, remove, temporary_sibling
 
 # --- zarrdb mv -----------------------------------------------------------------------------------
@@ -25,11 +25,11 @@ def add_mv_arguments(parser: argparse.ArgumentParser) -> None:
         "dest", metavar="DST_PATH", help="its new path (must not exist; its parent must be a group)"
     )
     add_busy_timeout(parser)
-    parser.epilog = (
+    parser.epilog = epilog(
         "Every key of the node moves in one SQLite transaction: a reader sees the hierarchy\n"
         "before or after the move, never between. Consolidated metadata of the groups above\n"
-        "is refreshed right after (a second transaction).\n\n"
-        "example:\n  zarrdb mv data.zarrdb /raw/temperature /climate/temperature\n\n" + EPILOG
+        "is refreshed right after (a second transaction).",
+        "zarrdb mv data.zarrdb /raw/temperature /climate/temperature",
     )
 
 
@@ -120,11 +120,11 @@ def add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dest", metavar="DEST", help="the new file")
     parser.add_argument("--overwrite", action="store_true", help="replace DEST if it exists")
     add_busy_timeout(parser)
-    parser.epilog = (
+    parser.epilog = epilog(
         "SQLite's online backup copies the file as of one moment, while other processes keep\n"
         "reading and writing it. The copy is one self-contained file in DELETE journal mode;\n"
-        "it is written under a temporary name and renamed to DEST when complete.\n\n"
-        "example:\n  zarrdb snapshot live.zarrdb backup-$(date +%F).zarrdb\n\n" + EPILOG
+        "it is written under a temporary name and renamed to DEST when complete.",
+        "zarrdb snapshot live.zarrdb backup-$(date +%F).zarrdb",
     )
 
 
@@ -181,10 +181,10 @@ def run_snapshot(args: argparse.Namespace) -> int:
 def add_vacuum_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="the .zarrdb file")
     add_busy_timeout(parser)
-    parser.epilog = (
+    parser.epilog = epilog(
         "Rebuilds the file without its free pages (space left by deleted or overwritten values).\n"
-        "Needs free disk space of about the file's size, and no other writer meanwhile.\n\n"
-        "example:\n  zarrdb vacuum data.zarrdb\n\n" + EPILOG
+        "Needs free disk space of about the file's size, and no other writer meanwhile.",
+        "zarrdb vacuum data.zarrdb",
     )
 
 

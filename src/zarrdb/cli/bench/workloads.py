@@ -83,6 +83,20 @@ class Context:
     def data(self, name: str) -> np.ndarray:
         return self.cube if name == "cube" else self.field
 
+    def written(self, kind: StoreKind, label: str, fill: Callable[[Any], None]) -> Path:
+        """The path of the data set `label` of `kind`, written by `fill(store)` the first time
+        it is asked for (later repetitions read the same one)."""
+        path = kind.path(self.root, label)
+        if (kind.name, label) not in self.prepared:
+            remove(path)
+            store = kind.make(path, False)
+            try:
+                fill(store)
+            finally:
+                close(store)
+            self.prepared.add((kind.name, label))
+        return path
+
 
 def create_array(
     store: Any, data: np.ndarray, chunks: int, compressed: bool, shards: int | None = None
@@ -171,7 +185,6 @@ class Windows:
     def __init__(self, ctx: Context, kind: StoreKind, label: str, chunks: int, shards: int | None):
         self.ctx, self.kind, self.label = ctx, kind, f"win-{label}"
         self.chunks, self.shards = chunks, shards
-        self.path = kind.path(ctx.root, self.label)
         rng = np.random.default_rng(1)
         self.corners = rng.integers(0, ctx.config.size - WINDOW, size=(ctx.config.windows, 2))
 
@@ -179,12 +192,11 @@ class Windows:
 
     def setup(self) -> None:
         self.teardown()  # the store of the round before
-        if (self.kind.name, self.label) not in self.ctx.prepared:
-            remove(self.path)
-            store = self.kind.make(self.path, False)
+
+        def fill(store: Any) -> None:
             create_array(store, self.ctx.field, self.chunks, False, self.shards)[:] = self.ctx.field
-            close(store)
-            self.ctx.prepared.add((self.kind.name, self.label))
+
+        self.path = self.ctx.written(self.kind, self.label, fill)
         store = self.kind.make(self.path, True)  # a warm OS page cache: one pass over it all
         zarr.open_array(store, mode="r")[:]
         close(store)
@@ -362,25 +374,18 @@ async def _async_loop(call: Callable[[int], Any], n: int) -> float:
 def listing(ctx: Context, kind: StoreKind) -> None:
     """list_dir of a group with many children, list_prefix of one child."""
     cfg = ctx.config
-    path = kind.path(ctx.root, "listing")
-    if (kind.name, "listing") not in ctx.prepared:
-        remove(path)
-        store = kind.make(path, False)
-        one = default_buffer_prototype().buffer.from_bytes(b"x")
-        keys = [
-            f"g/a{c:03d}/c/{k}"
-            for c in range(cfg.list_children)
-            for k in range(cfg.list_keys_per_child)
-        ]
+    one = default_buffer_prototype().buffer.from_bytes(b"x")
+    keys = [
+        f"g/a{c:03d}/c/{k}"
+        for c in range(cfg.list_children)
+        for k in range(cfg.list_keys_per_child)
+    ]
 
-        async def fill() -> None:
-            for i in range(0, len(keys), 5000):
-                await asyncio.gather(*(store.set(key, one) for key in keys[i : i + 5000]))
+    async def fill(store: Any) -> None:
+        for i in range(0, len(keys), 5000):
+            await asyncio.gather(*(store.set(key, one) for key in keys[i : i + 5000]))
 
-        run_async(fill())
-        close(store)
-        ctx.prepared.add((kind.name, "listing"))
-    store = kind.make(path, True)
+    store = kind.make(ctx.written(kind, "listing", lambda s: run_async(fill(s))), True)
     child = f"g/a{min(7, cfg.list_children - 1):03d}/"
 
     async def count(listed: Any) -> int:
@@ -400,16 +405,13 @@ def listing(ctx: Context, kind: StoreKind) -> None:
 def open_hierarchy(ctx: Context, kind: StoreKind) -> None:
     """Open a group of many small arrays and read every array's metadata."""
     cfg = ctx.config
-    path = kind.path(ctx.root, "hierarchy")
-    if (kind.name, "hierarchy") not in ctx.prepared:
-        remove(path)
-        store = kind.make(path, False)
+
+    def fill(store: Any) -> None:
         root = zarr.open_group(store, mode="w")
         for i in range(cfg.hierarchy_arrays):
             root.create_array(f"v{i:03d}", shape=(100,), chunks=(100,), dtype="i4")
-        close(store)
-        ctx.prepared.add((kind.name, "hierarchy"))
-    store = kind.make(path, True)
+
+    store = kind.make(ctx.written(kind, "hierarchy", fill), True)
 
     def run() -> None:
         members = list(zarr.open_group(store, mode="r").arrays())
