@@ -6,6 +6,7 @@
 #   scripts/dev.sh test [ARGS]     the test suite (pytest ARGS)
 #   scripts/dev.sh bench [ARGS]    the pytest-benchmark suites in benchmarks/
 #   scripts/dev.sh shell           a shell with the environment activated
+#   scripts/dev.sh plan CMD        what CMD would use (environment, build, extras), doing nothing
 #
 # PYTHON=/path/to/python3 picks the interpreter (otherwise scripts/find_python.sh does).
 # One environment per interpreter, .venv/pyX.Y, with one build of zarrdb in it: the extension
@@ -58,33 +59,51 @@ EOF
     touch "$stamp"
 }
 
+# The extras each command installs beside the one build.
+extras_of() {
+    case "$1" in
+        demo) echo bench,plot ;;
+        test) echo test,dask ;;
+        bench) echo test,bench ;;
+        shell) echo test,bench,plot ;;
+        *) return 1 ;;
+    esac
+}
+
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
+    plan)
+        wanted=$(extras_of "${1:-}") || { echo "usage: scripts/dev.sh plan demo|test|bench|shell" >&2; exit 2; }
+        echo "environment $VENV"
+        echo "build $VENV/zarrdb-build.stamp"
+        echo "extras $wanted"
+        exit 0
+        ;;
     demo)
         build
-        extras bench,plot
+        extras "$(extras_of demo)"
         mkdir -p bench-results
         "$VENV/bin/python" -m zarrdb.demo
         exec "$VENV/bin/python" -m zarrdb bench --plot bench-results/bench.png "$@"
         ;;
     test)
         build
-        extras test,dask
+        extras "$(extras_of test)"
         exec "$VENV/bin/python" -m pytest "$@"
         ;;
     bench)
         build
-        extras test,bench
+        extras "$(extras_of bench)"
         exec "$VENV/bin/python" -m pytest benchmarks --benchmark-enable "$@"
         ;;
     shell)
         build
-        extras test,bench,plot
+        extras "$(extras_of shell)"
         exec bash --rcfile <(echo "source '$VENV/bin/activate'")
         ;;
     *)
-        echo "usage: scripts/dev.sh demo|test|bench|shell [ARGS]" >&2
+        echo "usage: scripts/dev.sh demo|test|bench|shell [ARGS], or plan CMD" >&2
         exit 2
         ;;
 esac
