@@ -12,14 +12,17 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "dev.sh"
 
-pytestmark = pytest.mark.skipif(not SCRIPT.exists(), reason="not a source checkout")
+pytestmark = [
+    pytest.mark.skipif(not SCRIPT.exists(), reason="not a source checkout"),
+    pytest.mark.skipif(sys.platform == "win32", reason="scripts/dev.sh is a POSIX shell script"),
+]
 
 
 def plan(command):
+    env = {"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"}
     proc = subprocess.run(
-        ["bash", str(SCRIPT), "plan", command],
-        capture_output=True, text=True, timeout=60, env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+        ["bash", str(SCRIPT), "plan", command], capture_output=True, text=True, timeout=60, env=env
+    )
     assert proc.returncode == 0, proc.stderr
     return dict(line.split(" ", 1) for line in proc.stdout.splitlines())
 

@@ -62,16 +62,20 @@ class StoreKind:
 
 def fsync_tree(root: Path) -> None:
     """fsync every file and directory below `root`, `root` itself and the folder holding it:
-    what makes a directory store durable (LocalStore does not sync)."""
+    what makes a directory store durable (LocalStore does not sync). Windows cannot open a
+    directory to sync it; there the files alone are synced."""
+    folders = sys.platform != "win32"
     for folder, _, files in os.walk(root):
         for name in files:
             _fsync(os.path.join(folder, name), os.O_RDONLY)
-        _fsync(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    _fsync(str(Path(root).parent), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        if folders:
+            _fsync(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    if folders:
+        _fsync(str(Path(root).parent), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
 
 
 def _fsync(path: str, flags: int) -> None:
-    fd = os.open(path, flags)
+    fd = os.open(path, flags | getattr(os, "O_BINARY", 0))
     try:
         os.fsync(fd)
     finally:
