@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 
@@ -9,7 +10,7 @@ import pytest
 
 import zarrdb
 
-from .helpers import assert_ok, fingerprint, run, run_json, sqlite_rows
+from .helpers import assert_ok, fingerprint, run, run_json, run_many, sqlite_rows
 
 ARRAYS = {
     # path: (shape, dtype, chunk shape, shard shape, chunks possible)
@@ -134,16 +135,22 @@ def test_info_and_tree_take_every_store_copy_takes(kind, sample_dir, sample_zip,
     array alike (the file facts are SQLite's alone)."""
     path = sample_dir if kind == "directory" else sample_zip
     before = fingerprint(path)
-    assert run("tree", path).stdout == run("tree", sample_file).stdout
-    assert run_json("tree", path, "/climate") == run_json("tree", sample_file, "/climate")
-    theirs, ours = run_json("info", path), run_json("info", sample_file)
-    assert theirs["file"] is None and theirs["store"]["kind"] == (
-        "dir" if kind == "directory" else "zip"
-    )
+    argvs = [
+        ("tree", path), ("tree", sample_file), ("tree", path, "/climate", "--json"),
+        ("tree", sample_file, "/climate", "--json"), ("info", path, "--json"),
+        ("info", sample_file, "--json"), ("info", path),
+    ]  # fmt: skip
+    procs = run_many(argvs)
+    for proc in procs:
+        assert_ok(proc)
+    tree, tree_ours, sub, sub_ours, info, info_ours, text = procs
+    assert tree.stdout == tree_ours.stdout
+    assert json.loads(sub.stdout) == json.loads(sub_ours.stdout)
+    theirs, ours = json.loads(info.stdout), json.loads(info_ours.stdout)
+    assert theirs["file"] is None
+    assert theirs["store"]["kind"] == ("dir" if kind == "directory" else "zip")
     assert theirs["groups"] == ours["groups"]
     assert theirs["arrays"] == ours["arrays"]
-    text = run("info", path)
-    assert_ok(text)
     assert "chunks stored 12 / 12" in text.stdout and "chunks stored 4 / 4 shards" in text.stdout
     assert fingerprint(path) == before
 
