@@ -63,7 +63,7 @@ EOF
 extras_of() {
     case "$1" in
         demo) echo bench,plot ;;
-        test) echo test,dask ;;
+        test) echo test,dask,plot ;;
         bench) echo test,bench ;;
         shell) echo test,bench,plot ;;
         *) return 1 ;;

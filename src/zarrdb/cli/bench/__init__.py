@@ -38,8 +38,8 @@ from zarrdb.cli.framework import EXIT_OK, BadInput
 # The quick default: every workload, on data sets small enough for about a minute.
 QUICK = Config(
     size=1024, cube=256, cube_chunk=128, repeat=1, windows=100, list_children=200,
-    list_keys_per_child=50, hierarchy_arrays=100, threads=(2,), shard_sizes=(512, 1024),
-    single_calls=500,
+    list_keys_per_child=25, hierarchy_arrays=100, threads=(2,), shard_sizes=(512, 1024),
+    single_calls=300,
 )  # fmt: skip
 FULL = Config()  # 4096^2 float32, a 512^3 uint16 cube in 32 MiB chunks, 3 repetitions
 

@@ -392,7 +392,8 @@ def listing(ctx: Context, kind: StoreKind) -> None:
         return len([k async for k in listed])
 
     found: dict[str, int] = {}
-    total = f"{cfg.list_children * cfg.list_keys_per_child // 1000}k"
+    n = cfg.list_children * cfg.list_keys_per_child
+    total = f"{n // 1000}k" if n >= 1000 else f"{n}"
     t = timed(lambda: found.setdefault("dir", run_async(count(store.list_dir("g")))))
     ctx.results.record(f"list_dir {cfg.list_children} of {total} keys", kind.name, "s", t)
     t = timed(lambda: found.setdefault("prefix", run_async(count(store.list_prefix(child)))))
