@@ -1,14 +1,15 @@
-# Thin wrappers over scripts/dev.sh; PYTHON=... picks the interpreter.
+# Thin wrappers over scripts/dev.sh; PYTHON=... picks the interpreter, ARGS=... is passed on
+# (e.g. `make demo ARGS=--full` runs the complete benchmark).
 .PHONY: demo test bench clean
 
 demo:
-	scripts/dev.sh demo
+	scripts/dev.sh demo $(ARGS)
 
 test:
-	scripts/dev.sh test
+	scripts/dev.sh test $(ARGS)
 
 bench:
-	scripts/dev.sh bench
+	scripts/dev.sh bench $(ARGS)
 
 clean:
 	rm -rf build dist wheelhouse src/zarrdb/_core.c src/zarrdb/*.so src/*.egg-info

@@ -7,11 +7,12 @@ import os
 import shutil
 import sqlite3
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from zarrdb.cli.bench.harness import machine_counters, others_cpu_share
 
 from ._common import (
     KIB,
@@ -155,26 +156,6 @@ def conns():
         c.close_all()
 
 
-def _machine_busy_seconds() -> float | None:
-    """CPU seconds all processes have used since boot (Linux), or None."""
-    try:
-        with open("/proc/stat") as f:
-            fields = f.readline().split()[1:]
-    except OSError:
-        return None
-    # user nice system idle iowait irq softirq steal [guest guest_nice]: guest time is already
-    # counted in user and nice; busy = all the rest but idle and iowait.
-    ticks = [int(x) for x in fields[:8]]
-    busy = sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)
-    return busy / os.sysconf("SC_CLK_TCK")
-
-
-def _own_cpu_seconds() -> float:
-    """CPU seconds this process (all its threads) has used."""
-    t = os.times()
-    return t.user + t.system
-
-
 @pytest.fixture(autouse=True)
 def _record_conditions(request):
     """In every benchmark's extra_info: the SQLite each engine runs on, the page size, and how
@@ -189,11 +170,8 @@ def _record_conditions(request):
     bench.extra_info["zarrdb_sqlite"] = zarrdb.sqlite_version
     bench.extra_info["stdlib_sqlite"] = sqlite3.sqlite_version
     bench.extra_info["page_size"] = PAGE_SIZE
-    busy0, own0, wall0 = _machine_busy_seconds(), _own_cpu_seconds(), time.monotonic()
+    since = machine_counters()
     yield
-    busy1, own1, wall1 = _machine_busy_seconds(), _own_cpu_seconds(), time.monotonic()
-    # /proc/stat and os.times count in ticks (10 ms): below 0.25 s the share is too coarse.
-    if busy0 is not None and wall1 - wall0 >= 0.25:
-        own = own1 - own0
-        others = max(0.0, (busy1 - busy0) - own) / (wall1 - wall0) / (os.cpu_count() or 1)
-        bench.extra_info["others_cpu_share"] = round(min(others, 1.0), 3)
+    share = others_cpu_share(since)
+    if share is not None:
+        bench.extra_info["others_cpu_share"] = share

@@ -23,11 +23,12 @@ of an id and pairs ids into the ratios of the issue's targets.
 from __future__ import annotations
 
 import random
-import threading
 
 import pytest
 
 pytest.importorskip("pytest_benchmark", reason="pytest-benchmark is not installed")
+
+from zarrdb.cli.bench.harness import in_threads  # noqa: E402
 
 from ._common import (  # noqa: E402  (after the skip)
     BLOCKS,
@@ -318,21 +319,7 @@ def test_list_dir(benchmark, conns, data_tree, variant, block):
 
 
 def run_threads(jobs):
-    errors = []
-
-    def wrap(job):
-        try:
-            job()
-        except BaseException as e:
-            errors.append(e)
-
-    threads = [threading.Thread(target=wrap, args=(job,)) for job in jobs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    in_threads(lambda job: job(), [(job,) for job in jobs])
 
 
 @sized("threads", rounds_16k=30, rounds_1m=30)

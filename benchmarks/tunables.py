@@ -50,6 +50,7 @@ import zarrdb
 import zarrdb.store as zstore
 from zarrdb import SQLiteStore
 from zarrdb._core import Database
+from zarrdb.cli.bench.harness import machine_counters, others_cpu_share, round_robin
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -157,34 +158,6 @@ def write_file(
 
 def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
-
-
-def others_cpu_share(since: tuple[float, float, float]) -> float | None:
-    """The share of the machine's CPU other processes used since `since` (see conftest.py)."""
-    busy0, own0, wall0 = since
-    busy1, own1, wall1 = machine_counters()
-    if busy0 is None or busy1 is None or wall1 - wall0 < 0.25:
-        return None
-    others = max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall1 - wall0) / (os.cpu_count() or 1)
-    return min(others, 1.0)
-
-
-def machine_counters() -> tuple[float | None, float, float]:
-    try:
-        with open("/proc/stat") as f:
-            ticks = [int(x) for x in f.readline().split()[1:9]]
-        busy = (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        busy = None
-    t = os.times()
-    return busy, t.user + t.system, time.monotonic()
-
-
-def round_robin(variants: list[Any], reps: int) -> Iterator[tuple[int, Any]]:
-    """(repetition, variant) with the variants in turn, reversed on odd repetitions."""
-    for rep in range(reps):
-        for v in variants if rep % 2 == 0 else reversed(variants):
-            yield rep, v
 
 
 @contextlib.contextmanager

@@ -2,12 +2,16 @@
 # Sets up a virtual environment for one Python, builds zarrdb into it, and runs a command.
 #
 #   scripts/dev.sh demo [ARGS]     the main job: a small example file, then `zarrdb bench ARGS`
+#                                  (the quick default, with a plot; `--full` runs everything)
 #   scripts/dev.sh test [ARGS]     the test suite (pytest ARGS)
-#   scripts/dev.sh bench [ARGS]    the pytest-benchmark suite in benchmarks/
+#   scripts/dev.sh bench [ARGS]    the pytest-benchmark suites in benchmarks/
 #   scripts/dev.sh shell           a shell with the environment activated
+#   scripts/dev.sh plan CMD        what CMD would use (environment, build, extras), doing nothing
 #
 # PYTHON=/path/to/python3 picks the interpreter (otherwise scripts/find_python.sh does).
-# The environment lives in .venv/pyX.Y and is rebuilt only when the build inputs change.
+# One environment per interpreter, .venv/pyX.Y, with one build of zarrdb in it: the extension
+# is compiled again only when its inputs change. Each command adds the optional dependencies
+# it needs (the extras of pyproject.toml) to that environment without rebuilding zarrdb.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,13 +19,12 @@ PY=$(scripts/find_python.sh)
 VER=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 VENV=${ZARRDB_VENV:-.venv/py$VER}
 
-setup() {
-    local extras=$1
+build() {
     if [ ! -x "$VENV/bin/python" ]; then
         echo "zarrdb: creating $VENV" >&2
         "$PY" -m venv "$VENV"
     fi
-    local stamp="$VENV/zarrdb-$extras.stamp"
+    local stamp="$VENV/zarrdb-build.stamp"
     local changed=""
     if [ -f "$stamp" ]; then
         changed=$(find setup.py pyproject.toml src vendor -newer "$stamp" -type f \
@@ -29,35 +32,78 @@ setup() {
                -o -name setup.py -o -name pyproject.toml \) | head -n 1)
     fi
     if [ ! -f "$stamp" ] || [ -n "$changed" ]; then
-        echo "zarrdb: building and installing zarrdb[$extras] into $VENV" >&2
+        echo "zarrdb: building zarrdb into $VENV" >&2
         "$VENV/bin/python" -m pip install --quiet --upgrade pip "setuptools>=77" "Cython>=3.0.10"
-        "$VENV/bin/python" -m pip install --quiet --no-build-isolation -e ".[$extras]"
+        "$VENV/bin/python" -m pip install --quiet --no-build-isolation -e .
         touch "$stamp"
     fi
+}
+
+# extras NAME[,NAME...]: install the requirements of those extras (read from pyproject.toml).
+extras() {
+    local names=$1
+    local stamp="$VENV/zarrdb-extras-${names//,/-}.stamp"
+    if [ -f "$stamp" ] && [ ! pyproject.toml -nt "$stamp" ]; then
+        return
+    fi
+    echo "zarrdb: installing the $names dependencies into $VENV" >&2
+    local requirements="$VENV/requirements-${names//,/-}.txt"
+    "$VENV/bin/python" - "$names" >"$requirements" <<'EOF'
+import sys, tomllib
+with open("pyproject.toml", "rb") as f:
+    extras = tomllib.load(f)["project"]["optional-dependencies"]
+for name in sys.argv[1].split(","):
+    print("\n".join(extras[name]))
+EOF
+    "$VENV/bin/python" -m pip install --quiet -r "$requirements"
+    touch "$stamp"
+}
+
+# The extras each command installs beside the one build.
+extras_of() {
+    case "$1" in
+        demo) echo bench,plot ;;
+        test) echo test,dask,plot ;;
+        bench) echo test,bench ;;
+        shell) echo test,bench,plot ;;
+        *) return 1 ;;
+    esac
 }
 
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
+    plan)
+        wanted=$(extras_of "${1:-}") || { echo "usage: scripts/dev.sh plan demo|test|bench|shell" >&2; exit 2; }
+        echo "environment $VENV"
+        echo "build $VENV/zarrdb-build.stamp"
+        echo "extras $wanted"
+        exit 0
+        ;;
     demo)
-        setup bench
+        build
+        extras "$(extras_of demo)"
+        mkdir -p bench-results
         "$VENV/bin/python" -m zarrdb.demo
-        exec "$VENV/bin/python" -m zarrdb bench "$@"
+        exec "$VENV/bin/python" -m zarrdb bench --plot bench-results/bench.png "$@"
         ;;
     test)
-        setup "test,dask"
+        build
+        extras "$(extras_of test)"
         exec "$VENV/bin/python" -m pytest "$@"
         ;;
     bench)
-        setup "test,bench"
+        build
+        extras "$(extras_of bench)"
         exec "$VENV/bin/python" -m pytest benchmarks --benchmark-enable "$@"
         ;;
     shell)
-        setup "test,bench"
+        build
+        extras "$(extras_of shell)"
         exec bash --rcfile <(echo "source '$VENV/bin/activate'")
         ;;
     *)
-        echo "usage: scripts/dev.sh demo|test|bench|shell [ARGS]" >&2
+        echo "usage: scripts/dev.sh demo|test|bench|shell [ARGS], or plan CMD" >&2
         exit 2
         ;;
 esac

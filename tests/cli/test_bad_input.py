@@ -37,10 +37,9 @@ def bad_files(tmp_path, sample_dir, sample_zip):
     }
 
 
-def _commands(path, out):
+def _zarrdb_only_commands(path, out):
+    """The commands that work on .zarrdb files only."""
     return {
-        "info": ["info", path],
-        "tree": ["tree", path],
         "check": ["check", path],
         "mv": ["mv", path, "/a", "/b"],
         "snapshot": ["snapshot", path, out],
@@ -48,16 +47,25 @@ def _commands(path, out):
     }
 
 
+def _any_store_commands(path, out):
+    """The commands that take a .zarrdb, a .zip, a directory or a URL."""
+    return {"info": ["info", path], "tree": ["tree", path], "copy": ["copy", path, out]}
+
+
 def test_files_that_are_not_zarrdb(bad_files, tmp_path):
     """Each kind of bad file, through a real process."""
     out = tmp_path / "out.zarrdb"
     cases = [
+        (f"info on {kind}", ["info", bad_files[kind][0]], (bad_files[kind][0].name, words))
+        for kind, words in (("missing", "no such file"), ("text", "neither a .zarrdb"))
+    ]
+    cases += [
         (
-            f"info on {kind}",
-            ["info", bad_files[kind][0]],
+            f"check on {kind}",
+            ["check", bad_files[kind][0]],
             (bad_files[kind][0].name, bad_files[kind][1]),
         )
-        for kind in ("missing", "directory", "zip")
+        for kind in ("directory", "zip")
     ]
     cases += [
         (
@@ -93,19 +101,20 @@ def test_every_command_on_every_bad_file(bad_files, tmp_path, capsys):
     out = tmp_path / "out.zarrdb"
     before = {kind: fingerprint(path) for kind, (path, _) in bad_files.items()}
     for kind, (path, words) in bad_files.items():
-        commands = _commands(path, out)
-        if kind in ("missing", "text", "empty"):
-            commands["copy"] = ["copy", path, out]
-        for name, argv in commands.items():
+        commands = {name: (argv, words) for name, argv in _zarrdb_only_commands(path, out).items()}
+        if kind in ("missing", "text", "empty", "other sqlite"):
+            # Stores of any kind: a file that is none of them is refused by its content.
+            store_words = "neither a .zarrdb" if kind in ("text", "empty") else words
+            commands.update(
+                (name, (argv, store_words)) for name, argv in _any_store_commands(path, out).items()
+            )
+        for name, (argv, expected) in commands.items():
             code = cli.main([str(a) for a in argv])
             captured = capsys.readouterr()
             lines = captured.err.strip().splitlines()
             label = f"{name} on {kind}"
             assert code == 2, f"{label}: exit {code}: {captured.err}"
             assert len(lines) == 1 and path.name in lines[0], f"{label}: {captured.err}"
-            expected = (
-                "neither a .zarrdb" if name == "copy" and kind in ("text", "empty") else words
-            )
             assert expected in lines[0], f"{label}: {lines[0]}"
     assert {kind: fingerprint(path) for kind, (path, _) in bad_files.items()} == before
     assert not out.exists()
@@ -170,7 +179,7 @@ def test_usage_errors_are_one_line(capsys):
 
     assert_bad_input(run("frobnicate"), "invalid choice", "zarrdb --help")
     cases = [
-        (["info"], ("required", "FILE")),
+        (["info"], ("required", "STORE")),
         (["copy", "a", "b", "--batch-bytes", "lots"], ("not a size",)),
         ([], ("required", "COMMAND")),
     ]

@@ -96,19 +96,26 @@ def test_wal_mode_is_a_warning_and_strict_makes_it_a_problem(sample_copy):
         store.close()
 
 
+def _page_of(path, name):
+    """(offset in the file, page size) of the root page of the table or index `name`."""
+    con = sqlite3.connect(path)
+    try:
+        page_size = con.execute("PRAGMA page_size").fetchone()[0]
+        (root,) = con.execute(
+            "SELECT rootpage FROM sqlite_schema WHERE name = ?", (name,)
+        ).fetchone()
+    finally:
+        con.close()
+    return (root - 1) * page_size, page_size
+
+
 def test_integrity_check_finds_damage(sample_copy):
     """Keys changed in the key index but not in the table: SQLite's integrity check reports
     rows missing from the index, each one problem line."""
-    con = sqlite3.connect(sample_copy)
-    page_size = con.execute("PRAGMA page_size").fetchone()[0]
-    (root,) = con.execute(
-        "SELECT rootpage FROM sqlite_schema WHERE name = 'sqlite_autoindex_zarr_1'"
-    ).fetchone()
-    con.close()
+    offset, page_size = _page_of(sample_copy, "sqlite_autoindex_zarr_1")
     data = bytearray(sample_copy.read_bytes())
-    page = slice((root - 1) * page_size, root * page_size)
-    at = data[page].index(b"temperature/c/2/")
-    data[(root - 1) * page_size + at : (root - 1) * page_size + at + 16] = b"temperature/c/7/"
+    at = offset + data[offset : offset + page_size].index(b"temperature/c/2/")
+    data[at : at + 16] = b"temperature/c/7/"
     sample_copy.write_bytes(bytes(data))
     proc = run("check", sample_copy)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -119,14 +126,36 @@ def test_integrity_check_finds_damage(sample_copy):
 
 def test_unreadable_file_is_reported_as_damaged(sample_copy):
     """A destroyed b-tree page: even the integrity check cannot run; check says so and fails."""
-    con = sqlite3.connect(sample_copy)
-    page_size = con.execute("PRAGMA page_size").fetchone()[0]
-    (root,) = con.execute("SELECT rootpage FROM sqlite_schema WHERE name = 'zarr'").fetchone()
-    con.close()
+    offset, _ = _page_of(sample_copy, "zarr")
     with open(sample_copy, "r+b") as f:
-        f.seek((root - 1) * page_size)
+        f.seek(offset)
         f.write(b"\xff" * 16)
     proc = run("check", sample_copy)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     assert any(line.startswith("damaged: ") for line in proc.stdout.splitlines())
+
+
+def test_damage_that_stops_info_is_listed_by_check(sample_copy):
+    """A record of the metadata table that runs off the end of its page: the store cannot be
+    opened, and info's hint sends the user to check, which lists what SQLite's integrity check
+    finds (one line each, exit code 1), not the same one-line error."""
+    page, page_size = _page_of(sample_copy, "zarr_sqlitestore_metadata")
+    data = bytearray(sample_copy.read_bytes())
+    first_cell = int.from_bytes(data[page + 8 : page + 10], "big")  # a table leaf page
+    data[page + first_cell] = 100  # the record's length: 100 bytes, past the end of the page
+    sample_copy.write_bytes(bytes(data))
+    before = fingerprint(sample_copy)
+
+    info = run("info", sample_copy)
+    assert info.returncode == 2 and "Traceback" not in info.stderr
+    assert f"'zarrdb check {sample_copy}' lists what SQLite finds" in info.stderr
+
+    proc = run("check", sample_copy)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr == ""
+    lines = proc.stdout.splitlines()
+    root = page // page_size + 1
+    assert f"integrity: On tree page {root} cell 0: Extends off end of page" in lines
+    assert lines[-1].endswith("problem(s), 0 warning(s)")
+    assert fingerprint(sample_copy) == before

@@ -138,19 +138,20 @@ def test_url_through_fsspec(sample_file, tmp_path):
 def test_verify_reports_differences(sample_file, tmp_path, monkeypatch, capsys):
     """--verify compares every value: run in-process with a destination that changes one."""
     from zarrdb import cli
+    from zarrdb.cli import copy
 
     target = tmp_path / "v.zarrdb"
-    real = cli._verify
+    real = copy.verify
 
     async def tampered(source, dest, *args):
-        from zarr.core.buffer import default_buffer_prototype
+        from zarr.buffer import default_buffer_prototype
 
         writable = dest.with_read_only(False)
         await writable.set("legacy/0", default_buffer_prototype().buffer.from_bytes(b"x"))
         writable.close()
         return await real(source, dest, *args)
 
-    monkeypatch.setattr(cli, "_verify", tampered)
+    monkeypatch.setattr(copy, "verify", tampered)
     code = cli.main(["copy", str(sample_file), str(target), "--verify", "--json"])
     assert code == 1
     report = json.loads(capsys.readouterr().out)

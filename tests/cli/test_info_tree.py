@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 
@@ -9,7 +10,7 @@ import pytest
 
 import zarrdb
 
-from .helpers import assert_ok, fingerprint, run, run_json, sqlite_rows
+from .helpers import assert_ok, fingerprint, run, run_json, run_many, sqlite_rows
 
 ARRAYS = {
     # path: (shape, dtype, chunk shape, shard shape, chunks possible)
@@ -126,3 +127,39 @@ def test_tree_of_a_subtree_and_json(sample_file):
         "/climate/station",
         "/climate/temperature",
     ]
+
+
+@pytest.mark.parametrize("kind", ["directory", "zip"])
+def test_info_and_tree_take_every_store_copy_takes(kind, sample_dir, sample_zip, sample_file):
+    """The same hierarchy in a directory or a zip: tree draws it alike, info describes every
+    array alike (the file facts are SQLite's alone)."""
+    path = sample_dir if kind == "directory" else sample_zip
+    before = fingerprint(path)
+    argvs = [
+        ("tree", path), ("tree", sample_file), ("tree", path, "/climate", "--json"),
+        ("tree", sample_file, "/climate", "--json"), ("info", path, "--json"),
+        ("info", sample_file, "--json"), ("info", path),
+    ]  # fmt: skip
+    procs = run_many(argvs)
+    for proc in procs:
+        assert_ok(proc)
+    tree, tree_ours, sub, sub_ours, info, info_ours, text = procs
+    assert tree.stdout == tree_ours.stdout
+    assert json.loads(sub.stdout) == json.loads(sub_ours.stdout)
+    theirs, ours = json.loads(info.stdout), json.loads(info_ours.stdout)
+    assert theirs["file"] is None
+    assert theirs["store"]["kind"] == ("dir" if kind == "directory" else "zip")
+    assert theirs["groups"] == ours["groups"]
+    assert theirs["arrays"] == ours["arrays"]
+    assert "chunks stored 12 / 12" in text.stdout and "chunks stored 4 / 4 shards" in text.stdout
+    assert fingerprint(path) == before
+
+
+def test_copy_hint_names_a_command_that_works_there(sample_dir, tmp_path):
+    """copy of a path a directory does not hold names `zarrdb tree DIR`, which shows it."""
+    proc = run("copy", sample_dir, tmp_path / "out.zarrdb", "--path", "/nothing/here")
+    hint = f"'zarrdb tree {sample_dir}' shows what is there"
+    assert proc.returncode == 2 and hint in proc.stderr
+    tree = run("tree", sample_dir)
+    assert_ok(tree)
+    assert "temperature (40, 60) float32" in tree.stdout

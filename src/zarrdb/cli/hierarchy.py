@@ -1,9 +1,10 @@
 """Zarr hierarchies read from their metadata documents only (never from chunk values).
 
-The command line uses this to describe, draw and check a hierarchy: a node's metadata document
-(`zarr.json` for Zarr v3; `.zarray` / `.zgroup` for Zarr v2) is parsed here into a `Node`, and an
+The commands describe, draw and check a hierarchy from here: a node's metadata document
+(`zarr.json` for Zarr v3; `.zarray` / `.zgroup` for Zarr v2) is parsed into a `Node`, and an
 array node says which keys are its chunks and whether a chunk key lies inside its chunk grid
-(shards count as chunks of the outer grid). Pure functions on JSON; nothing here touches a store.
+(shards count as chunks of the outer grid). `read_node` and `discover` find the nodes of any
+zarr store through its listing; everything else is pure functions on JSON.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from zarr.abc.store import Store
 
 V3_METADATA = "zarr.json"
 V2_ARRAY = ".zarray"
@@ -322,26 +326,12 @@ def node_from_v3(path: str, doc: dict[str, Any]) -> Node:
         codecs, inner = _codec_names(doc["codecs"])
     except MetadataError as exc:
         raise MetadataError(f"{where}: {exc}") from None
-    node = Node(
-        path,
-        "array",
-        3,
-        attributes=attrs,
-        shape=shape,
-        dtype=dtype,
-        itemsize=itemsize,
-        grid=grid,
-        grid_chunk_shape=grid_chunk_shape,
-        codecs=codecs,
-        key_encoding=enc_name,
-        separator=separator,
-    )
-    if inner is not None:
-        node.shard_shape = grid_chunk_shape
-        node.chunk_shape = inner
-    else:
-        node.chunk_shape = grid_chunk_shape
-    return node
+    sharded = inner is not None
+    return _array_node(
+        path, 3, attrs, shape, (dtype, itemsize), grid, grid_chunk_shape, codecs,
+        (enc_name, separator), chunk_shape=inner if sharded else grid_chunk_shape,
+        shard_shape=grid_chunk_shape if sharded else None,
+    )  # fmt: skip
 
 
 # --- Zarr v2 -----------------------------------------------------------------------------------
@@ -385,18 +375,87 @@ def node_from_v2(path: str, name: str, doc: dict[str, Any], attrs: dict[str, Any
         grid = tuple(_expand_edges(c, s, d) for d, (c, s) in enumerate(zip(chunks, shape)))
     except MetadataError as exc:
         raise MetadataError(f"{where}: {exc}") from None
+    return _array_node(
+        path, 2, attrs, shape, (dtype, itemsize), grid, chunks, codecs or ["(none)"],
+        ("v2", separator), chunk_shape=chunks,
+    )  # fmt: skip
+
+
+def _array_node(
+    path: str, zarr_format: int, attrs: dict[str, Any], shape: tuple[int, ...],
+    dtype: tuple[str, int | None], grid: tuple[tuple[int, ...], ...] | None,
+    grid_chunk_shape: tuple[int, ...] | None, codecs: list[str], encoding: tuple[str, str],
+    *, chunk_shape: tuple[int, ...] | None, shard_shape: tuple[int, ...] | None = None,
+) -> Node:  # fmt: skip
+    """An array node; `dtype` is (name, itemsize), `encoding` (chunk key encoding, separator)."""
     return Node(
-        path,
-        "array",
-        2,
-        attributes=attrs,
-        shape=shape,
-        dtype=dtype,
-        itemsize=itemsize,
-        grid=grid,
-        grid_chunk_shape=chunks,
-        chunk_shape=chunks,
-        codecs=codecs or ["(none)"],
-        key_encoding="v2",
-        separator=separator,
-    )
+        path, "array", zarr_format, attributes=attrs, shape=shape, dtype=dtype[0],
+        itemsize=dtype[1], grid=grid, grid_chunk_shape=grid_chunk_shape, chunk_shape=chunk_shape,
+        shard_shape=shard_shape, codecs=codecs, key_encoding=encoding[0], separator=encoding[1],
+    )  # fmt: skip
+
+
+# --- reading nodes from a store ------------------------------------------------------------------
+
+
+def metadata_keys(path: str) -> list[str]:
+    """Every key that may hold metadata of the node at `path`."""
+    prefix = key_prefix(path)
+    return [prefix + name for name in sorted(METADATA_NAMES)]
+
+
+async def read_node(store: Store, path: str) -> tuple[Node | None, str | None]:
+    """The node whose metadata is at `path` (None if there is none) and the problem with its
+    metadata, if any. Reads metadata documents only."""
+    from zarr.buffer import default_buffer_prototype
+
+    proto = default_buffer_prototype()
+    prefix = key_prefix(path)
+    raw = await store.get(prefix + V3_METADATA, prototype=proto)
+    try:
+        if raw is not None:
+            return node_from_v3(path, parse_json(raw.to_bytes(), prefix + V3_METADATA)), None
+        for name in (V2_ARRAY, V2_GROUP):
+            raw = await store.get(prefix + name, prototype=proto)
+            if raw is None:
+                continue
+            doc = parse_json(raw.to_bytes(), prefix + name)
+            attrs_raw = await store.get(prefix + V2_ATTRS, prototype=proto)
+            attrs = {} if attrs_raw is None else parse_json(attrs_raw.to_bytes(), prefix + V2_ATTRS)
+            return node_from_v2(path, name, doc, attrs), None
+    except MetadataError as exc:
+        return Node(path, "broken", 0), str(exc)
+    return None, None
+
+
+async def discover(store: Store, path: str) -> tuple[list[Node], list[str]]:
+    """Every node at and below `path`, parents before children, found through list_dir (a
+    group's children, never the chunks of an array) and the metadata documents alone. A sub-tree
+    without metadata that has something below it is an "implicit" node. Returns the nodes and
+    the problems met."""
+    found: list[Node] = []
+    problems: list[str] = []
+
+    async def visit(p: str, node: Node) -> None:
+        found.append(node)
+        if node.node_type in ("array", "broken"):
+            return
+        names = sorted({name async for name in store.list_dir(p)})
+        for name in names:
+            if not name or name in METADATA_NAMES:
+                continue  # "" comes from a key breaking the key rules ('zarrdb check' says so)
+            child = join(p, name)
+            if await store.is_empty(child):
+                continue  # a key, not a sub-tree
+            child_node, problem = await read_node(store, child)
+            if problem:
+                problems.append(problem)
+            await visit(child, child_node or Node(child, "implicit", 0))
+
+    root, problem = await read_node(store, path)
+    if problem:
+        problems.append(problem)
+    if root is None and path and await store.is_empty(path):
+        return [], problems
+    await visit(path, root or Node(path, "implicit", 0))
+    return found, problems

@@ -1,0 +1,25 @@
+"""The `zarrdb` command: look into, check, copy and maintain `.zarrdb` files.
+
+    zarrdb info STORE                what is in a store: format, SQLite settings, every array
+    zarrdb tree STORE [PATH]         the hierarchy as a tree
+    zarrdb check FILE                every rule of the SQLiteStore 1.0 spec, SQLite's integrity
+                                     check, the metadata documents and the chunk keys
+    zarrdb copy SRC DST              a hierarchy between a .zarrdb, a .zip, a directory or a URL
+    zarrdb mv FILE SRC_PATH DST_PATH rename an array or group atomically
+    zarrdb snapshot FILE DEST        a consistent copy while other processes keep writing
+    zarrdb vacuum FILE               give free pages back to the file system
+    zarrdb bench                     zarrdb against the other zarr stores
+
+Exit codes: 0 ok, 1 problems found (check, copy --verify), 2 usage or bad input (one line on
+stderr, nothing written), 3 an unexpected internal error (a bug: please report it).
+
+The package: `framework` (the command table, the parser, how a run ends), `common` (argument
+types and output), `stores` (opening every kind of store), `hierarchy` (nodes from metadata
+documents), then one module per command family: `inspect` (info, tree), `check`, `copy`,
+`maintenance` (mv, snapshot, vacuum) and `bench` (the benchmark). The command line goes through
+the public API of zarrdb and zarr only.
+"""
+
+from zarrdb.cli.framework import COMMANDS, BadInput, Command, build_parser, main
+
+__all__ = ["COMMANDS", "BadInput", "Command", "build_parser", "main"]

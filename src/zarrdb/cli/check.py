@@ -1,0 +1,232 @@
+"""`zarrdb check`: the SQLiteStore 1.0 rules and SQLite's integrity check (`zarrdb.conformance`,
+through Python's own sqlite3), then the hierarchy: metadata documents and chunk keys."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import warnings
+from bisect import bisect_left
+from typing import Any
+
+from zarrdb import conformance, errors
+from zarrdb.cli import hierarchy
+from zarrdb.cli.common import add_busy_timeout, display, emit_json, epilog
+from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput, one_line
+from zarrdb.cli.hierarchy import MetadataError, Node
+from zarrdb.cli.stores import closing, open_zarrdb, require_zarrdb_path
+
+CAP = 50  # findings of one kind printed at most, without --all
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", help="the .zarrdb file")
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="count warnings (what the spec recommends) as problems too",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help=f"print every problem (default: at most {CAP} of each kind)",
+    )
+    add_busy_timeout(parser)
+    parser.epilog = epilog(
+        "Checks: the SQLiteStore 1.0 rules (application id, exactly the two tables with their\n"
+        "columns, types, NOT NULL and BINARY keys, the metadata records, no NULLs, keys TEXT and\n"
+        "values BLOB, the key rules on every key, journal mode); SQLite's integrity check (also\n"
+        "on a damaged file); every zarr.json is a JSON object with zarr_format 3 and a node_type\n"
+        "that zarr can read; every other key is a chunk of an array and lies inside its chunk\n"
+        "grid (shards count as chunks of the outer grid; both the default and the v2 chunk key\n"
+        "encoding are understood). Each problem is one line; 'ok' when there is none.",
+        "zarrdb check data.zarrdb && echo sound",
+    )
+
+
+class Findings:
+    """Problems and warnings, each of a kind, capped per kind for printing."""
+
+    def __init__(self, cap: int | None) -> None:
+        self.cap = cap
+        self.problems: list[str] = []
+        self.warnings: list[str] = []
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def add(self, level: str, kind: str, message: str) -> None:
+        n = self.counts.get((level, kind), 0) + 1
+        self.counts[(level, kind)] = n
+        if self.cap is None or n <= self.cap:
+            (self.problems if level == "problem" else self.warnings).append(message)
+
+    def problem(self, kind: str, message: str) -> None:
+        self.add("problem", kind, message)
+
+    def warning(self, kind: str, message: str) -> None:
+        self.add("warning", kind, message)
+
+    def total(self, level: str) -> int:
+        return sum(n for (lvl, _), n in self.counts.items() if lvl == level)
+
+    def elided(self, level: str) -> list[str]:
+        if self.cap is None:
+            return []
+        return [
+            f"... and {n - self.cap:,} more {kind} {level}s (--all prints them)"
+            for (lvl, kind), n in self.counts.items()
+            if lvl == level and n > self.cap
+        ]
+
+
+async def run(args: argparse.Namespace) -> int:
+    path = args.file
+    require_zarrdb_path(path)
+    found = Findings(None if args.all else CAP)
+    try:
+        report = conformance.check_file(path, busy_timeout=args.busy_timeout)
+    except errors.DatabaseLockedError:
+        raise BadInput(
+            f"{path}: the database is locked by another process (waited {args.busy_timeout:g} s);"
+            " retry when it is done, or wait longer with --busy-timeout SECONDS"
+        ) from None
+    except errors.ZarrDBError as exc:
+        raise BadInput(str(exc)) from None
+    for finding in report.findings:
+        found.add(finding.level, finding.kind, finding.message)
+    nkeys = None
+    if report.readable:
+        try:
+            with warnings.catch_warnings():  # what opening warns about is listed already
+                warnings.simplefilter("ignore")
+                store = open_zarrdb(path, busy_timeout=args.busy_timeout, damage_is_bad_input=False)
+                with closing(store):
+                    nkeys = await check_hierarchy(store, found)
+        except errors.DatabaseCorruptError as exc:
+            found.problem("damage", f"damaged: {exc}")
+    problems = found.total("problem") + (found.total("warning") if args.strict else 0)
+    if args.json:
+        emit_json(
+            {
+                "path": os.path.abspath(path),
+                "ok": problems == 0,
+                "keys": nkeys,
+                "problem_count": found.total("problem"),
+                "warning_count": found.total("warning"),
+                "problems": found.problems,
+                "warnings": found.warnings,
+            }
+        )
+    else:
+        for line in found.problems + found.elided("problem"):
+            print(line)
+        for line in found.warnings + found.elided("warning"):
+            print(f"warning: {line}")
+        if problems:
+            print(f"{found.total('problem'):,} problem(s), {found.total('warning'):,} warning(s)")
+        else:
+            print("ok")
+    return EXIT_PROBLEMS if problems else EXIT_OK
+
+
+async def _zarr_cannot_read(store: Any, node: Node) -> str | None:
+    """Why the installed zarr cannot open the node described by a zarr.json, or None."""
+    import zarr.api.asynchronous as zarr_async
+
+    try:
+        if node.is_array:
+            await zarr_async.open_array(store=store, path=node.path, mode="r", zarr_format=3)
+        else:
+            await zarr_async.open_group(store=store, path=node.path, mode="r", zarr_format=3)
+    except Exception as exc:  # noqa: BLE001 - whatever zarr objects to
+        return f"{type(exc).__name__}: {one_line(str(exc))}"
+    return None
+
+
+async def _metadata_nodes(store: Any, keys: list[str], found: Findings) -> dict[str, Node]:
+    """The nodes the metadata documents among `keys` describe (problems go to `found`)."""
+    import zarr
+    from zarr.buffer import default_buffer_prototype
+
+    proto = default_buffer_prototype()
+    nodes: dict[str, Node] = {}
+    for key in keys:
+        path, _, name = key.rpartition("/")
+        raw = await store.get(key, prototype=proto)
+        if raw is None:  # deleted meanwhile
+            continue
+        try:
+            doc = hierarchy.parse_json(raw.to_bytes(), key)
+            if name == hierarchy.V3_METADATA:
+                node = hierarchy.node_from_v3(path, doc)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    reason = await _zarr_cannot_read(store, node)
+                if reason:
+                    found.warning(
+                        "zarr", f"{key}: zarr {zarr.__version__} cannot read it ({reason})"
+                    )
+            elif name in (hierarchy.V2_ARRAY, hierarchy.V2_GROUP):
+                node = hierarchy.node_from_v2(path, name, doc, {})
+            else:
+                continue  # .zattrs, .zmetadata: JSON objects is all we ask
+        except MetadataError as exc:
+            found.problem("metadata document", str(exc))
+            continue
+        if path in nodes:
+            found.problem("metadata document", f"{display(path)}: has both Zarr v3 and v2 metadata")
+        nodes[path] = node
+    return nodes
+
+
+async def check_hierarchy(store: Any, found: Findings) -> int:
+    """Key rules, metadata documents and chunk keys; returns the number of keys."""
+    keys = [key for key, _ in store.key_sizes("")]
+    bad_keys = set()
+    for key in keys:
+        if conformance.key_problem(key):
+            bad_keys.add(key)
+            found.problem(
+                "key",
+                f"key {key!r}: breaks the key rules (a key must not start or end with '/' nor "
+                "contain '//')",
+            )
+    meta_keys = [k for k in keys if k.rpartition("/")[2] in hierarchy.METADATA_NAMES]
+    nodes = await _metadata_nodes(store, meta_keys, found)
+    for path in nodes:
+        for above in hierarchy.ancestors(path):
+            if above != path and above in nodes and nodes[above].is_array:
+                found.problem("node", f"{display(path)}: a node inside the array {display(above)}")
+                break
+    arrays = sorted((p for p, n in nodes.items() if n.is_array), key=hierarchy.key_prefix)
+    if "" in nodes and nodes[""].is_array:
+        arrays = [""]
+    _check_chunk_keys(keys, set(meta_keys), bad_keys, nodes, arrays, found)
+    return len(keys)
+
+
+def _check_chunk_keys(
+    keys: list[str], meta_keys: set[str], bad_keys: set[str], nodes: dict[str, Node],
+    arrays: list[str], found: Findings,
+) -> None:  # fmt: skip
+    """Each chunk key belongs to the array above it and lies inside its chunk grid."""
+    covered: list[tuple[int, int]] = []
+    for path in arrays:
+        node = nodes[path]
+        prefix = hierarchy.key_prefix(path)
+        lo = bisect_left(keys, prefix)
+        hi = len(keys) if not prefix else bisect_left(keys, prefix[:-1] + "0")
+        covered.append((lo, hi))
+        for key in keys[lo:hi]:
+            if key in meta_keys:
+                continue
+            result = node.decode_chunk_key(key[len(prefix) :])
+            if isinstance(result, str):
+                found.problem("chunk key", f"key {key!r}: {result} of the array {display(path)}")
+    position = 0
+    for lo, hi in sorted(covered) + [(len(keys), len(keys))]:
+        for key in keys[position : max(position, lo)]:
+            if key not in meta_keys and key not in bad_keys:
+                found.problem(
+                    "stray key", f"key {key!r}: belongs to no array (no array metadata above it)"
+                )
+        position = max(position, hi)

@@ -1,0 +1,125 @@
+"""Helpers every command shares: argument types that validate before any work starts, and
+how results are printed (JSON, byte counts, shapes, paths inside a hierarchy)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from zarrdb.cli.framework import EPILOG, BadInput
+
+# --- argument types (argparse turns their ArgumentTypeError into one line, exit code 2) ------
+
+
+def seconds(text: str) -> float:
+    """A non-negative, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds (a number >= 0, e.g. 5 or 0.5)"
+        )
+    return value
+
+
+def byte_size(text: str) -> int:
+    """'1048576', '64M', '1GiB' as a positive number of bytes."""
+    units = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    number, unit = (t[:-1], t[-1]) if t and t[-1] in "kmgt" else (t, "")
+    try:
+        value = float(number) * units[unit]
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size (a positive number of bytes: e.g. 67108864, 64M, 1G)"
+        )
+    return int(value)
+
+
+def new_file(*suffixes: str) -> Any:
+    """An argument type: the path of a file to write, in a folder that exists, ending in one
+    of `suffixes` (any name when none are given)."""
+
+    def check(text: str) -> str:
+        folder = os.path.dirname(os.path.abspath(text))
+        if suffixes and not text.lower().endswith(suffixes):
+            raise argparse.ArgumentTypeError(f"{text!r} does not end in {' or '.join(suffixes)}")
+        if os.path.isdir(text):
+            raise argparse.ArgumentTypeError(f"{text!r} is a directory; give a file name")
+        if not os.path.isdir(folder):
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: the folder {folder} does not exist; create it first"
+            )
+        return text
+
+    return check
+
+
+def epilog(text: str, *examples: str) -> str:
+    """A command's help epilog: `text` (lines of at most 90 characters), its examples, and
+    the exit codes."""
+    head = f"{text}\n\n" if text else ""
+    return head + "examples:\n" + "".join(f"  {e}\n" for e in examples) + "\n" + EPILOG
+
+
+def add_busy_timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--busy-timeout",
+        type=seconds,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long to wait for another process's lock on the file (default: 5)",
+    )
+
+
+def inner_path(text: str) -> str:
+    """A path inside a hierarchy as the user typed it ("/a/b/", "a/b") in the form "a/b"."""
+    path = text.strip().strip("/")
+    if "//" in path:
+        raise BadInput(f"{text!r} is not a path inside a hierarchy (it contains '//')")
+    return path
+
+
+def display(path: str) -> str:
+    """A path inside a hierarchy as it is shown: "/a/b", "/" for the root."""
+    return "/" + path
+
+
+# --- output ------------------------------------------------------------------------------------
+
+
+def emit_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def human(n: int | float | None) -> str:
+    """A byte count as '12.3 MiB (12,897,484 bytes)'."""
+    if n is None:
+        return "?"
+    if n < 1024:
+        return f"{n:,} bytes"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        value /= 1024
+        if value < 1024:
+            break
+    return f"{value:.1f} {unit} ({n:,} bytes)"
+
+
+def shape(dims: Sequence[int] | None) -> str:
+    if dims is None:
+        return "-"
+    return "(" + ", ".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")"
+
+
+def warn(message: str) -> None:
+    print(f"zarrdb: warning: {message}", file=sys.stderr, flush=True)

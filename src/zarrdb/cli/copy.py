@@ -1,0 +1,405 @@
+"""`zarrdb copy`: a whole hierarchy, or one sub-tree, between any two stores, byte for byte.
+
+The run has four steps: `plan` (what to copy, where to write, refusing bad input before
+anything is written), `transfer` (batches of values, under a temporary name for a new store),
+`verify` (every key and value of the copy against the source, with --verify) and `report`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from zarrdb import conformance
+from zarrdb.cli import hierarchy
+from zarrdb.cli.common import (
+    add_busy_timeout,
+    byte_size,
+    display,
+    emit_json,
+    epilog,
+    human,
+    inner_path,
+)
+from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput
+from zarrdb.cli.stores import (
+    Location,
+    classify,
+    closing,
+    key_sizes,
+    open_store,
+    put_in_place,
+    remove,
+    temporary_sibling,
+    write_many,
+)
+
+DEFAULT_BATCH_BYTES = 64 * 1024 * 1024
+# Keys per batch at most: with tiny values the per-key cost (a Buffer, a tuple) is what fills
+# memory, not the bytes.
+BATCH_KEYS = 10_000
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "source", metavar="SRC", help="a .zarrdb file, a .zip file, a directory, or a URL (fsspec)"
+    )
+    parser.add_argument(
+        "dest",
+        metavar="DST",
+        help="where to copy to: a .zarrdb or .zip path, a directory, or a URL",
+    )
+    parser.add_argument(
+        "--path",
+        default="",
+        metavar="P",
+        help="copy only the group or array at P (default: the whole hierarchy)",
+    )
+    parser.add_argument(
+        "--dest-path",
+        default=None,
+        metavar="Q",
+        help="where the copy goes inside DST (default: the same path as --path)",
+    )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="afterwards, compare every key and value of DST with SRC",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace what DST already holds at the destination path",
+    )
+    parser.add_argument(
+        "--batch-bytes",
+        type=byte_size,
+        default=DEFAULT_BATCH_BYTES,
+        metavar="N",
+        help="values held in memory and written per transaction, at most N bytes "
+        "(one larger value goes alone); accepts 64M, 1G (default: 64M)",
+    )
+    progress = parser.add_mutually_exclusive_group()
+    progress.add_argument(
+        "--progress",
+        dest="progress",
+        action="store_true",
+        default=None,
+        help="show a progress bar (default: when stderr is a terminal)",
+    )
+    progress.add_argument("--no-progress", dest="progress", action="store_false")
+    add_busy_timeout(parser)
+    parser.epilog = epilog(
+        "Values are copied byte for byte (no decoding), in batches of at most --batch-bytes,\n"
+        "each written in one transaction. The kind of store is told by the file's content for\n"
+        "existing files, else by the name: .zarrdb (also .sqlite, .db) and .zip are files,\n"
+        "anything with '://' is a URL opened through fsspec (pip install fsspec), and anything\n"
+        "else is a directory. A new .zarrdb, .zip or directory is written under a temporary name\n"
+        "and renamed into place when complete, so an interrupted copy leaves nothing behind.",
+        "zarrdb copy data.zarr data.zarrdb            # directory store -> one file",
+        "zarrdb copy data.zarrdb data.zip --verify",
+        "zarrdb copy data.zarrdb small.zarrdb --path /climate/temperature --dest-path /",
+        "zarrdb copy s3://bucket/data.zarr data.zarrdb   # needs fsspec and s3fs",
+    )
+
+
+@dataclass
+class Plan:
+    """What a copy does, decided before anything is written."""
+
+    source: Location
+    dest: Location
+    src_path: str
+    dst_path: str
+    listing: list[tuple[str, int]]  # (key, size) in the source, metadata documents last
+    temporary: str | None = None  # a new local store is built here, then renamed into place
+    clear_first: bool = False  # replace a sub-tree of an existing store in place
+
+    @property
+    def src_prefix(self) -> str:
+        return hierarchy.key_prefix(self.src_path)
+
+    @property
+    def dst_prefix(self) -> str:
+        return hierarchy.key_prefix(self.dst_path)
+
+    def dest_key(self, key: str) -> str:
+        return self.dst_prefix + key[len(self.src_prefix) :]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(size for _, size in self.listing)
+
+
+@dataclass
+class Outcome:
+    keys: int = 0
+    bytes: int = 0
+    batches: int = 0
+    seconds: float = 0.0
+    mismatches: list[str] = field(default_factory=list)
+
+
+async def run(args: argparse.Namespace) -> int:
+    show = args.progress if args.progress is not None else (sys.stderr.isatty() and not args.json)
+    source = classify(args.source, "source")
+    dest = classify(args.dest, "destination")
+    src = await open_store(source, read_only=True, busy_timeout=args.busy_timeout)
+    with closing(src):
+        plan = await make_plan(src, source, dest, args)
+        with Progress(show) as progress:
+            outcome = await transfer(src, plan, args, progress)
+            if args.verify:
+                check = await open_store(dest, read_only=True, busy_timeout=args.busy_timeout)
+                with closing(check):
+                    outcome.mismatches = await verify(src, check, plan, args.batch_bytes, progress)
+    report(plan, outcome, args)
+    return EXIT_PROBLEMS if outcome.mismatches else EXIT_OK
+
+
+async def make_plan(src: Any, source: Location, dest: Location, args: argparse.Namespace) -> Plan:
+    """What to copy and where; BadInput for anything that cannot be done."""
+    src_path = inner_path(args.path)
+    dst_path = src_path if args.dest_path is None else inner_path(args.dest_path)
+    if source.local and dest.local and os.path.exists(dest.path):
+        if os.path.samefile(source.path, dest.path):
+            raise BadInput(f"{dest.path}: is the source itself; copy to another place")
+    plan = Plan(
+        source,
+        dest,
+        src_path,
+        dst_path,
+        await key_sizes(src, source, hierarchy.key_prefix(src_path)),
+    )
+    if not plan.listing:
+        where = f" at {display(src_path)!r}" if src_path else ""
+        raise BadInput(
+            f"{source.path}: holds nothing{where}; 'zarrdb tree {source.path}' shows what is there"
+        )
+    if dest.kind == "zarrdb":
+        for key, _ in plan.listing:
+            problem = conformance.key_problem(plan.dest_key(key))
+            if problem:
+                raise BadInput(f"{source.path}: {problem}; a .zarrdb file cannot hold it")
+    # Metadata documents go last: a reader of a partial copy sees no node whose chunks are still
+    # missing.
+    plan.listing.sort(
+        key=lambda item: (item[0].rpartition("/")[2] in hierarchy.METADATA_NAMES, item[0])
+    )
+    if not dest.exists:
+        plan.temporary = temporary_sibling(dest.path) if dest.local else None
+        return plan
+    if not await _occupied(dest, plan, args):
+        return plan
+    if not args.overwrite:
+        where = f" at {display(dst_path)!r}" if dst_path else ""
+        raise BadInput(
+            f"{dest.path}: exists already and holds data{where}; pass --overwrite to replace it, "
+            "or choose another destination"
+        )
+    if dest.local and not dst_path:
+        plan.temporary = temporary_sibling(dest.path)
+    elif dest.kind == "zip":
+        raise BadInput(f"{dest.path}: keys in a zip file cannot be replaced; write a new zip file")
+    else:
+        plan.clear_first = True
+    return plan
+
+
+async def _occupied(dest: Location, plan: Plan, args: argparse.Namespace) -> bool:
+    """Whether the destination holds something at the destination path; BadInput if what it
+    holds is not a Zarr hierarchy (never overwritten)."""
+    probe = await open_store(dest, read_only=True, busy_timeout=args.busy_timeout)
+    with closing(probe):
+        if await probe.is_empty(plan.dst_prefix):
+            return False
+        if not await _holds_hierarchy(probe, plan.dst_prefix):
+            where = f" at {display(plan.dst_path)!r}" if plan.dst_path else ""
+            raise BadInput(
+                f"{dest.path}: is not empty and holds no Zarr hierarchy{where}; refusing to "
+                "overwrite it"
+            )
+    return True
+
+
+async def _holds_hierarchy(store: Any, prefix: str) -> bool:
+    """Whether some Zarr metadata document lies below `prefix` (what --overwrite may replace:
+    never a folder of other files)."""
+    for name in (hierarchy.V3_METADATA, hierarchy.V2_GROUP, hierarchy.V2_ARRAY):
+        if await store.exists(prefix + name):
+            return True
+    async for key in store.list_prefix(prefix):
+        if key.rpartition("/")[2] in hierarchy.METADATA_NAMES:
+            return True
+    return False
+
+
+async def transfer(src: Any, plan: Plan, args: argparse.Namespace, progress: Progress) -> Outcome:
+    """Copy the values in batches; a new store is renamed into place only when complete."""
+    from zarr.buffer import default_buffer_prototype
+
+    proto = default_buffer_prototype()
+    outcome = Outcome()
+    if plan.temporary:
+        remove(plan.temporary)
+    started = time.perf_counter()
+    try:
+        dst = await open_store(
+            plan.dest, at=plan.temporary, read_only=False, busy_timeout=args.busy_timeout,
+            zip_mode="w" if plan.temporary else "a",
+        )  # fmt: skip
+        with closing(dst):
+            if plan.clear_first:
+                await dst.delete_dir(plan.dst_prefix)
+            task = progress.task("copy", len(plan.listing), plan.total_bytes)
+            for batch in batches(plan.listing, args.batch_bytes):
+                keys = [key for key, _ in batch]
+                values = await src.get_partial_values(proto, [(k, None) for k in keys])
+                gone = next((k for k, v in zip(keys, values) if v is None), None)
+                if gone is not None:
+                    raise BadInput(f"{plan.source.path}: the key {gone!r} vanished during the copy")
+                await write_many(dst, zip(map(plan.dest_key, keys), values))
+                nbytes = sum(size for _, size in batch)
+                outcome.keys += len(keys)
+                outcome.bytes += nbytes
+                outcome.batches += 1
+                progress.advance(task, len(keys), nbytes)
+        if plan.temporary:
+            put_in_place(plan.temporary, plan.dest.path)
+    except BaseException:
+        if plan.temporary:
+            remove(plan.temporary)
+        raise
+    outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+async def verify(src: Any, dst: Any, plan: Plan, batch_bytes: int, progress: Progress) -> list[str]:
+    """Lines for every difference between the copy and the source."""
+    from zarr.buffer import default_buffer_prototype
+
+    proto = default_buffer_prototype()
+    task = progress.task("verify", len(plan.listing), plan.total_bytes)
+    expected = {plan.dest_key(key) for key, _ in plan.listing}
+    actual = {key async for key in dst.list_prefix(plan.dst_prefix)}
+    out = [f"key {k!r}: in the destination only" for k in sorted(actual - expected)]
+    for batch in batches(plan.listing, max(1, batch_bytes // 2)):
+        keys = [k for k, _ in batch]
+        theirs = await dst.get_partial_values(proto, [(plan.dest_key(k), None) for k in keys])
+        ours = await src.get_partial_values(proto, [(k, None) for k in keys])
+        for key, a, b in zip(keys, ours, theirs):
+            if b is None:
+                out.append(f"key {key!r}: missing in the destination")
+            elif a is None or a.to_bytes() != b.to_bytes():
+                out.append(f"key {key!r}: the value differs")
+        progress.advance(task, len(keys), sum(size for _, size in batch))
+    return out
+
+
+def report(plan: Plan, outcome: Outcome, args: argparse.Namespace) -> None:
+    rate = outcome.bytes / outcome.seconds if outcome.seconds > 0 else None
+    if args.json:
+        emit_json(
+            {
+                "source": plan.source.path,
+                "destination": plan.dest.path,
+                "path": display(plan.src_path),
+                "dest_path": display(plan.dst_path),
+                "keys": outcome.keys,
+                "bytes": outcome.bytes,
+                "batches": outcome.batches,
+                "seconds": round(outcome.seconds, 3),
+                "bytes_per_second": None if rate is None else round(rate),
+                "verified": (not outcome.mismatches) if args.verify else None,
+                "mismatches": outcome.mismatches,
+            }
+        )
+        return
+    speed = "" if rate is None else f", {human(round(rate)).split(' (')[0]}/s"
+    src_at = display(plan.src_path) if plan.src_path else ""
+    dst_at = display(plan.dst_path) if plan.dst_path else ""
+    print(
+        f"copied {outcome.keys:,} keys, {human(outcome.bytes)} in {outcome.seconds:.2f} s{speed}: "
+        f"{plan.source.path}{src_at} -> {plan.dest.path}{dst_at}"
+    )
+    for line in outcome.mismatches:
+        print(line)
+    if args.verify:
+        print(
+            f"verify: {len(outcome.mismatches):,} difference(s)"
+            if outcome.mismatches
+            else f"verify: all {outcome.keys:,} keys and values are identical"
+        )
+
+
+def batches(listing: Sequence[tuple[str, int]], limit: int) -> Iterator[list[tuple[str, int]]]:
+    """Runs of `listing` of at most `limit` bytes and BATCH_KEYS keys (a larger value alone)."""
+    batch: list[tuple[str, int]] = []
+    total = 0
+    for key, size in listing:
+        if batch and (total + size > limit or len(batch) >= BATCH_KEYS):
+            yield batch
+            batch, total = [], 0
+        batch.append((key, size))
+        total += size
+    if batch:
+        yield batch
+
+
+class Progress:
+    """A rich progress bar of keys, bytes and throughput on stderr, or nothing."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar: Any = None
+
+    def __enter__(self) -> Progress:
+        if self.enabled and importlib.util.find_spec("rich") is None:
+            print(
+                "zarrdb: warning: no progress bar: it needs rich (pip install rich)",
+                file=sys.stderr,
+            )
+            self.enabled = False
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
+
+            self.bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.fields[keys]:,}/{task.fields[total_keys]:,} keys"),
+                DownloadColumn(binary_units=True),
+                TransferSpeedColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=False,
+            )
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+    def task(self, description: str, total_keys: int, total_bytes: int) -> Any:
+        if self.bar is None:
+            return None
+        return self.bar.add_task(description, total=total_bytes, keys=0, total_keys=total_keys)
+
+    def advance(self, task: Any, keys: int, nbytes: int) -> None:
+        if self.bar is not None and task is not None:
+            done = self.bar.tasks[task].fields["keys"] + keys
+            self.bar.update(task, advance=nbytes, keys=done)

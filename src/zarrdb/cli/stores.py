@@ -1,0 +1,296 @@
+"""Opening the stores the commands work on, validated before anything is written.
+
+A location is a `.zarrdb` file, a `.zip` file, a directory or a URL (through fsspec). An
+existing file is recognised by its content, a new one by its name. Everything goes through
+the public API of zarrdb (`SQLiteStore`) and of zarr (`zarr.storage`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import zipfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from zarrdb import errors
+from zarrdb.cli.framework import BadInput, one_line
+
+if TYPE_CHECKING:
+    from zarr.abc.buffer import Buffer
+    from zarr.abc.store import Store
+
+    from zarrdb import SQLiteStore
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+ZARRDB_SUFFIXES = (".zarrdb", ".sqlite", ".sqlite3", ".db")
+STORE_KINDS = "a .zarrdb file, a .zip file, a directory or a URL"
+
+
+def sniff(path: str) -> str:
+    """'sqlite', 'zip', 'empty' or 'other' by the first bytes of an existing file."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except PermissionError:
+        raise BadInput(f"{path}: permission denied (the file cannot be read)") from None
+    if not head:
+        return "empty"
+    if head == SQLITE_HEADER:
+        return "sqlite"
+    if zipfile.is_zipfile(path):
+        return "zip"
+    return "other"
+
+
+def require_zarrdb_path(path: str) -> None:
+    """BadInput unless `path` is an existing file that starts like an SQLite database."""
+    if not os.path.exists(path):
+        raise BadInput(f"{path}: no such file; give the path of a .zarrdb file")
+    if os.path.isdir(path):
+        raise BadInput(
+            f"{path}: is a directory, not a .zarrdb file (to turn a directory store into one: "
+            f"zarrdb copy {path} OUT.zarrdb)"
+        )
+    kind = sniff(path)
+    if kind == "empty":
+        raise BadInput(f"{path}: is an empty file, not a .zarrdb file")
+    if kind == "zip":
+        raise BadInput(
+            f"{path}: is not a .zarrdb file (it is a zip file: to turn it into one, "
+            f"zarrdb copy {path} OUT.zarrdb)"
+        )
+    if kind != "sqlite":
+        raise BadInput(f"{path}: is not a .zarrdb file (not an SQLite database)")
+
+
+def open_zarrdb(
+    path: str, *, busy_timeout: float, writable: bool = False, damage_is_bad_input: bool = True
+) -> SQLiteStore:
+    """An open SQLiteStore on the existing file `path`, validated before anything is written.
+
+    The file is always opened read-only first, so a file that is not a SQLiteStore file (even
+    an empty SQLite database) is never initialised or modified; BadInput says why."""
+    from zarrdb import SQLiteStore
+
+    require_zarrdb_path(path)
+    store = SQLiteStore(path, read_only=True, busy_timeout=busy_timeout)
+    with _closed_on_error(store):
+        ensure_open(store, path, damage_is_bad_input)
+    if not writable:
+        return store
+    store.close()
+    store = SQLiteStore(path, busy_timeout=busy_timeout)
+    with _closed_on_error(store):
+        ensure_open(store, path)
+    return store
+
+
+@contextlib.contextmanager
+def _closed_on_error(store: Store) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        store.close()
+        raise
+
+
+def ensure_open(store: SQLiteStore, path: str, damage_is_bad_input: bool = True) -> None:
+    """Open `store` now; what makes the file unusable becomes BadInput."""
+    try:
+        store.ensure_open()
+    except errors.NotAZarrDBError:
+        raise BadInput(
+            f"{path}: is not a .zarrdb file (an SQLite database without the SQLiteStore tables)"
+        ) from None
+    except errors.FormatError as exc:
+        raise BadInput(str(exc)) from None
+    except errors.NotADatabaseError:
+        raise BadInput(f"{path}: is not a .zarrdb file (not an SQLite database)") from None
+    except errors.DatabaseCorruptError as exc:
+        if not damage_is_bad_input:
+            raise
+        raise BadInput(
+            f"{path}: the file is damaged ({exc.sqlite_message}); 'zarrdb check {path}' lists "
+            "what SQLite finds"
+        ) from None
+    except errors.DatabaseLockedError:
+        raise BadInput(
+            f"{path}: the database is locked by another process (waited "
+            f"{store.options['busy_timeout']:g} s); retry when it is done, or wait longer with "
+            "--busy-timeout SECONDS"
+        ) from None
+    except (errors.ReadOnlyError, PermissionError):
+        raise BadInput(
+            f"{path}: permission denied (check the permissions of the file and its folder)"
+        ) from None
+
+
+@contextlib.contextmanager
+def closing(store: Store) -> Iterator[Store]:
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+# --- any kind of store ---------------------------------------------------------------------------
+
+
+@dataclass
+class Location:
+    """Where a store is, what kind it is, and whether it exists."""
+
+    path: str
+    kind: str  # "zarrdb" | "zip" | "dir" | "url"
+    exists: bool
+
+    @property
+    def local(self) -> bool:
+        return self.kind != "url"
+
+
+def classify(path: str, role: str) -> Location:
+    """The store at `path`; `role` is "source" (must exist) or "destination"."""
+    if "://" in path:
+        return Location(path, "url", True)
+    if os.path.isdir(path):
+        return Location(path, "dir", True)
+    lower = path.lower()
+    if os.path.exists(path):
+        kind = sniff(path)
+        if kind == "sqlite":
+            return Location(path, "zarrdb", True)
+        if kind == "zip":
+            return Location(path, "zip", True)
+        if (
+            kind == "empty"
+            and role == "destination"
+            and lower.endswith(ZARRDB_SUFFIXES + (".zip",))
+        ):
+            return Location(path, "zip" if lower.endswith(".zip") else "zarrdb", False)
+        raise BadInput(
+            f"{path}: is neither a .zarrdb file, a .zip file nor a directory"
+            + ("; choose another destination" if role == "destination" else "")
+        )
+    if role == "source":
+        raise BadInput(f"{path}: no such file or directory; give {STORE_KINDS}")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise BadInput(f"{path}: the folder {parent} does not exist; create it first")
+    if lower.endswith(ZARRDB_SUFFIXES):
+        return Location(path, "zarrdb", False)
+    if lower.endswith(".zip"):
+        return Location(path, "zip", False)
+    return Location(path, "dir", False)
+
+
+async def open_store(
+    where: Location, *, at: str | None = None, read_only: bool, busy_timeout: float,
+    zip_mode: str = "r",
+) -> Store:  # fmt: skip
+    """The zarr store for `where`, opened at the path `at` (default: where it is; a copy
+    writes to a temporary sibling)."""
+    from zarr.storage import LocalStore, ZipStore
+
+    at = where.path if at is None else at
+    if where.kind == "zarrdb":
+        from zarrdb import SQLiteStore
+
+        if os.path.exists(at) and os.path.getsize(at) > 0:
+            return open_zarrdb(at, busy_timeout=busy_timeout, writable=not read_only)
+        store = SQLiteStore(at, read_only=read_only, busy_timeout=busy_timeout)
+        with _closed_on_error(store):
+            ensure_open(store, at)
+        return store
+    if where.kind == "zip":
+        try:
+            return await ZipStore.open(at, mode="r" if read_only else zip_mode, read_only=read_only)
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise BadInput(f"{where.path}: cannot be opened as a zip file ({exc})") from None
+    if where.kind == "dir":
+        return LocalStore(at, read_only=read_only)
+    try:
+        import fsspec  # noqa: F401
+    except ImportError:
+        raise BadInput(
+            f"{where.path}: URLs are opened through fsspec, which is not installed "
+            "(pip install fsspec, plus the package for the protocol, e.g. s3fs)"
+        ) from None
+    from zarr.storage import FsspecStore
+
+    options = None
+    if not read_only and where.path.split("://", 1)[0] in ("file", "local"):
+        options = {"auto_mkdir": True}  # fsspec's local file system makes no folders by itself
+    try:
+        return FsspecStore.from_url(where.path, storage_options=options, read_only=read_only)
+    except (ImportError, ValueError, TypeError) as exc:
+        raise BadInput(
+            f"{where.path}: cannot be opened through fsspec ({one_line(str(exc))})"
+        ) from None
+
+
+async def key_sizes(store: Store, where: Location, prefix: str) -> list[tuple[str, int]]:
+    """(key, size) of every key below `prefix`, sorted; values are not read."""
+    from zarrdb import SQLiteStore
+
+    if isinstance(store, SQLiteStore):
+        return store.key_sizes(prefix)
+    if where.kind == "zip":
+        with zipfile.ZipFile(where.path) as zf:
+            sizes = {
+                info.filename: info.file_size
+                for info in zf.infolist()
+                if info.filename.startswith(prefix) and not info.filename.endswith("/")
+            }
+        return sorted(sizes.items())
+    keys = sorted({key async for key in store.list_prefix(prefix)})
+    out: list[int] = []
+    for start in range(0, len(keys), 512):
+        out.extend(await asyncio.gather(*(store.getsize(k) for k in keys[start : start + 512])))
+    return list(zip(keys, out))
+
+
+async def write_many(store: Store, pairs: Iterable[tuple[str, Buffer]]) -> None:
+    """Write every (key, value): one transaction on a .zarrdb, concurrent writes elsewhere."""
+    from zarrdb import SQLiteStore
+
+    if isinstance(store, SQLiteStore):
+        await store.set_many(pairs)
+    else:
+        await asyncio.gather(*(store.set(key, value) for key, value in pairs))
+
+
+# --- new files and directories, written under a temporary name ------------------------------
+
+
+def temporary_sibling(location: str) -> str:
+    """A hidden name beside `location` for a store being written."""
+    head, tail = os.path.split(os.path.abspath(location))
+    return os.path.join(head, f".{tail}.partial-{os.getpid()}")
+
+
+def remove(path: str) -> None:
+    """Remove a file (with its SQLite journals) or a directory, if it exists."""
+    with contextlib.suppress(FileNotFoundError):
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+    for suffix in ("-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path + suffix)
+
+
+def put_in_place(temporary: str, location: str) -> None:
+    """Rename the finished copy to `location`, replacing what is there."""
+    if os.path.isdir(temporary) and os.path.isdir(location):
+        old = temporary_sibling(location) + ".old"
+        os.rename(location, old)
+        os.rename(temporary, location)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(temporary, location)

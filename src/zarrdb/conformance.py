@@ -1,0 +1,293 @@
+"""Does a file follow the SQLiteStore 1.0 spec? Checked with Python's own `sqlite3`, an SQLite
+independent of zarrdb's engine, so a file the engine refuses (a damaged one) is still examined.
+
+    report = zarrdb.conformance.check_file("data.zarrdb")
+    for finding in report.findings:
+        print(finding.level, finding.message)
+
+The checks: the application id; exactly the two tables with their columns, declared types,
+primary keys and BINARY key collation; the metadata records (required ones present, no unknown
+ones, a version this zarrdb reads, no flags in 1.0, an RFC 3339 `modified_at`); no NULLs, keys
+TEXT and values BLOB; the journal mode; and SQLite's integrity check. What the spec only
+recommends is a warning. Nothing is written: the file is opened read-only.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import urllib.parse
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from zarrdb import _format, errors
+
+__all__ = ["Finding", "Report", "check_file", "key_problem"]
+
+# SQLite's result codes, as Python's sqlite3 reports them (sqlite_errorcode & 0xFF).
+_SQLITE_BUSY = 5
+_SQLITE_LOCKED = 6
+_SQLITE_NOTADB = 26
+
+_EXPECTED_COLUMNS = {
+    _format.METADATA_TABLE: (("k", "TEXT", True), ("v", "TEXT", False)),
+    _format.DATA_TABLE: (("k", "TEXT", True), ("v", "BLOB", False)),
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing found: a `problem` (the spec's "must") or a `warning` (what it recommends).
+    `kind` groups findings of one sort ("format", "schema", "metadata", "rows", "journal",
+    "integrity", "damage")."""
+
+    level: Literal["problem", "warning"]
+    kind: str
+    message: str
+
+
+@dataclass
+class Report:
+    """The findings, and whether the file can be opened as a SQLiteStore file at all (False
+    when its format or its damage rules that out)."""
+
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    readable: bool = True
+
+    def problem(self, kind: str, message: str) -> None:
+        self.findings.append(Finding("problem", kind, message))
+
+    def warning(self, kind: str, message: str) -> None:
+        self.findings.append(Finding("warning", kind, message))
+
+
+def key_problem(key: str) -> str | None:
+    """Why `key` may not be stored in a SQLiteStore file, or None if it may."""
+    try:
+        _format.check_key(key)
+    except errors.InvalidKeyError as exc:
+        return str(exc)
+    return None
+
+
+def check_file(path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> Report:
+    """Check the SQLite database at `path` against the SQLiteStore 1.0 rules.
+
+    Raises CantOpenError if it cannot be opened, NotADatabaseError if it is not an SQLite
+    database, NotAZarrDBError if it is another application's database, DatabaseLockedError if
+    another process holds a lock longer than `busy_timeout` seconds. A damaged file is not an
+    error: the damage and SQLite's integrity findings are in the report."""
+    path = os.fspath(path)
+    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+    try:
+        con = sqlite3.connect(uri, uri=True, timeout=busy_timeout, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise errors.CantOpenError(f"{path}: cannot be opened ({exc})", filename=path) from None
+    report = Report(path)
+    try:
+        db = _Connection(con)
+        try:
+            facts = _format.read_facts(db)
+        except sqlite3.DatabaseError as exc:
+            _raise_unusable(path, exc, busy_timeout)
+            report.readable = False
+            report.problem(
+                "damage", f"damaged: SQLite cannot read the file's schema or metadata ({exc})"
+            )
+            _integrity(db, report)
+            return report
+        try:
+            for note in _format.validate(facts, path=path, writable=False):
+                report.problem("format", f"format: {note.replace('; reading it anyway', '')}")
+        except errors.NotAZarrDBError:
+            raise errors.NotAZarrDBError(
+                f"{path}: is not a .zarrdb file (an SQLite database without the SQLiteStore tables)"
+            ) from None
+        except errors.FormatError as exc:
+            report.problem("format", f"format: {exc}")
+            report.readable = False
+        for checks in (_schema_checks, _metadata_checks, _row_checks):
+            try:
+                checks(db, facts, report)
+            except sqlite3.DatabaseError as exc:
+                _raise_unusable(path, exc, busy_timeout)
+                report.problem("damage", f"damaged: SQLite cannot read the file through ({exc})")
+        _integrity(db, report)
+        _journal_checks(db, path, report)
+    finally:
+        con.close()
+    return report
+
+
+def _raise_unusable(path: str, exc: sqlite3.DatabaseError, busy_timeout: float) -> None:
+    """Raise what makes checking impossible (a lock, not a database); return on damage."""
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    locked = (errors.DatabaseLockedError, f"the database is locked (waited {busy_timeout:g} s)")
+    unusable = {
+        _SQLITE_BUSY: locked,
+        _SQLITE_LOCKED: locked,
+        _SQLITE_NOTADB: (errors.NotADatabaseError, "is not a .zarrdb file (not SQLite)"),
+    }
+    if code in unusable:
+        cls, what = unusable[code]
+        message = f"{path}: {what}: {exc}"
+        raise cls(message, code=code, sqlite_message=str(exc), filename=path) from None
+
+
+class _Connection:
+    """What `_format.read_facts` needs (pragma, execute) over Python's own sqlite3."""
+
+    def __init__(self, con: sqlite3.Connection) -> None:
+        self.con = con
+
+    def pragma(self, name: str) -> Any:
+        row = self.con.execute(f"PRAGMA {name}").fetchone()
+        return None if row is None else row[0]
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self.con.execute(sql, params).fetchall()
+
+
+def _integrity(db: _Connection, report: Report) -> None:
+    """SQLite's own integrity check, one finding per line it reports."""
+    try:
+        rows = [str(row[0]) for row in db.execute("PRAGMA integrity_check")]
+    except sqlite3.DatabaseError as exc:
+        report.problem("integrity", f"integrity: SQLite's integrity check cannot run ({exc})")
+        return
+    if rows == ["ok"]:
+        return
+    # A row may hold several findings, one a line, under a "*** in database main ***" heading.
+    for line in (line for row in rows for line in row.splitlines()):
+        if line.strip() and not line.startswith("***"):
+            report.problem("integrity", f"integrity: {line.strip()}")
+
+
+def _journal_checks(db: _Connection, path: str, report: Report) -> None:
+    mode = str(db.pragma("journal_mode")).lower()
+    if mode != "delete":
+        report.warning(
+            "journal",
+            f"journal mode: the file is in {mode.upper()} mode; the spec recommends DELETE "
+            "(a writer may have it open now, or it was not closed cleanly)",
+        )
+    wal = path + "-wal"
+    if os.path.exists(wal) and os.path.getsize(wal) > 0:
+        report.warning(
+            "journal",
+            f"journal mode: {wal} holds changes not yet in the file (the file is not "
+            "self-contained until a writer checkpoints it)",
+        )
+
+
+def _schema_checks(db: _Connection, facts: _format.FileFacts, report: Report) -> None:
+    others = sorted(
+        t for t in facts.tables if t not in _EXPECTED_COLUMNS and not t.startswith("sqlite_")
+    )
+    for table in others:
+        report.problem(
+            "schema",
+            f"schema: extra table {table!r} (a SQLiteStore file has exactly the tables "
+            f"{_format.METADATA_TABLE!r} and {_format.DATA_TABLE!r})",
+        )
+    for table, expected in _EXPECTED_COLUMNS.items():
+        if table not in facts.tables:
+            continue
+        columns = db.execute(f'PRAGMA table_info("{table}")')
+        names = [c[1] for c in columns]
+        wanted = [name for name, _, _ in expected]
+        if names != wanted:
+            report.problem(
+                "schema", f"schema: table {table!r} has the columns {names}, not {wanted}"
+            )
+            continue
+        for (_, name, decl, notnull, _, pk), (_, want, want_pk) in zip(columns, expected):
+            if decl.upper() != want:
+                report.problem(
+                    "schema",
+                    f"schema: column {table}.{name} is declared {decl or 'untyped'!r}, not {want}",
+                )
+            if bool(pk) != want_pk:
+                report.problem(
+                    "schema",
+                    f"schema: column {table}.{name} "
+                    + ("is not the primary key" if want_pk else "is part of the primary key"),
+                )
+            if not notnull:
+                report.warning(
+                    "schema",
+                    f"schema: column {table}.{name} lacks NOT NULL (the spec recommends it)",
+                )
+        for _, index, _, origin, _ in db.execute(f'PRAGMA index_list("{table}")'):
+            if origin != "pk":
+                continue
+            for row in db.execute(f'PRAGMA index_xinfo("{index}")'):
+                if row[1] == 0 and row[4] and str(row[4]).upper() != "BINARY":
+                    report.problem(
+                        "schema",
+                        f"schema: keys of {table!r} compare with collation {row[4]}, not BINARY",
+                    )
+
+
+def _metadata_checks(db: _Connection, facts: _format.FileFacts, report: Report) -> None:
+    if _format.METADATA_TABLE not in facts.tables:
+        return
+    meta = facts.metadata
+    for key in sorted(set(meta) - set(_format.KNOWN_METADATA)):
+        report.problem(
+            "metadata",
+            f"metadata: unknown record {key!r} in {_format.METADATA_TABLE} "
+            "(writers must not add records the spec does not describe)",
+        )
+    if meta.get("sqlitestore_version", "") == "1.0":
+        for name in ("compatible_flags", "incompatible_flags"):
+            if meta.get(name, "") != "":
+                report.problem(
+                    "metadata",
+                    f"metadata: {name} is {meta[name]!r}; SQLiteStore 1.0 defines no flags, so "
+                    "it must be ''",
+                )
+    else:
+        flags = _format.parse_flags(meta.get("compatible_flags", ""))
+        unknown = flags - _format.KNOWN_COMPATIBLE_FLAGS
+        if unknown:
+            report.warning(
+                "metadata",
+                f"metadata: unknown compatible flags {', '.join(sorted(unknown))} (ignored)",
+            )
+    modified = meta.get("modified_at")
+    if modified is None:
+        return
+    if _format.parse_timestamp(modified) is None:
+        report.problem(
+            "metadata", f"metadata: modified_at {modified!r} is not an RFC 3339 timestamp"
+        )
+    elif not modified.endswith("Z"):
+        report.warning(
+            "metadata",
+            f"metadata: modified_at {modified!r} is not in UTC with a trailing 'Z' (the spec "
+            "recommends it)",
+        )
+
+
+def _row_checks(db: _Connection, facts: _format.FileFacts, report: Report) -> None:
+    checks = (
+        (_format.METADATA_TABLE, "k IS NULL OR v IS NULL", "rows with NULL"),
+        (
+            _format.METADATA_TABLE,
+            "typeof(k) != 'text' OR typeof(v) != 'text'",
+            "records that are not TEXT",
+        ),
+        (_format.DATA_TABLE, "k IS NULL OR v IS NULL", "rows with a NULL key or value"),
+        (_format.DATA_TABLE, "typeof(k) != 'text'", "keys that are not TEXT"),
+        (_format.DATA_TABLE, "v IS NOT NULL AND typeof(v) != 'blob'", "values that are not BLOBs"),
+    )
+    for table, where, what in checks:
+        if table not in facts.tables:
+            continue
+        rows = db.execute(f'SELECT count(*), quote(min(k)) FROM "{table}" WHERE {where}')
+        count, example = rows[0]
+        if count:
+            report.problem("rows", f"rows: {table!r} has {count:,} {what} (e.g. key {example})")
