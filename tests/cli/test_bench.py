@@ -162,3 +162,19 @@ def bench_parser():
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
     return parser
+
+
+def test_targets_option_runs_only_what_the_targets_compare(tmp_path):
+    """`--targets`: the raw ingests, sharded windows and gathered sets, for zarrdb, its
+    variants and the references; every target of the table gets a ratio."""
+    parser = bench_parser()
+    args = parser.parse_args(["--targets"])
+    names = [k.name for k in bench._kinds(args)]
+    assert set(names) == set(bench.TARGET_STORES)
+    ctx = bench.run_workloads(TINY, bench._kinds(args), tmp_path, False, only=bench.TARGET_WORKLOADS)
+    workloads_run = set(ctx.results.workloads())
+    assert {"ingest small-raw", "ingest large-raw", "ingest cube-raw", "gathered set 1 KiB"} <= (
+        workloads_run
+    )
+    assert not any(w.startswith(("ingest small-zstd", "open ", "list")) for w in workloads_run)
+    assert len(report.targets(ctx.results)) == 7 + len(TINY.shard_sizes)

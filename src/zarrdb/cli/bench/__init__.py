@@ -124,6 +124,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="draw the ratios and the targets (PNG, SVG or PDF; needs matplotlib: "
         "pip install 'zarrdb[plot]')",
     )  # fmt: skip
+    parser.add_argument(
+        "--targets", action="store_true",
+        help="only the workloads and stores the project's targets compare (raw ingest, "
+        "sharded windows, gathered sets; zarrdb and its variants, local, local-fsync, memory)",
+    )  # fmt: skip
     parser.add_argument("--dir", type=Path, help="scratch folder (default: a temporary one)")
     parser.add_argument("--quiet", action="store_true", help="no progress")
 
@@ -157,9 +162,17 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return cfg
 
 
+# What --targets runs: the workloads the targets name (report.targets) and their stores.
+TARGET_WORKLOADS = ("ingest/read small-raw", "ingest/read large-raw", "ingest/read cube-raw",
+                    "windows shard-", "gathered set")  # fmt: skip
+TARGET_STORES = ("zarrdb", "zarrdb-txn", "zarrdb-off", "local", "local-fsync", "memory")
+
+
 def _kinds(args: argparse.Namespace) -> list:
     kinds = all_store_kinds()
     if args.stores is None:
+        if args.targets:
+            return [k for k in kinds if k.name in TARGET_STORES]
         return kinds
     known = {k.name: k for k in kinds}
     names = [n.strip() for n in args.stores.split(",") if n.strip()]
@@ -215,7 +228,8 @@ def run(args: argparse.Namespace) -> int:
         )
         started = time.perf_counter()
         since = machine_counters()
-        ctx = run_workloads(cfg, kinds, root, progress=not args.quiet)
+        only = TARGET_WORKLOADS if args.targets else None
+        ctx = run_workloads(cfg, kinds, root, progress=not args.quiet, only=only)
         conditions = {
             "seconds": round(time.perf_counter() - started, 1),
             "others_cpu_share": others_cpu_share(since),
@@ -234,11 +248,20 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def run_workloads(cfg: Config, kinds: list, root: Path, progress: bool = True) -> Context:
-    """Every workload, each repetition running the stores that take part in turn."""
+def run_workloads(
+    cfg: Config,
+    kinds: list,
+    root: Path,
+    progress: bool = True,
+    only: tuple[str, ...] | None = None,
+) -> Context:
+    """Every workload (or those whose names start with one of `only`), each repetition
+    running the stores that take part in turn."""
     ctx = Context(cfg, root, kinds)
     steps = []
     for workload in all_workloads(cfg):
+        if only is not None and not workload.name.startswith(only):
+            continue
         taking_part = [k for k in kinds if k.runs(workload.family, workload.data)]
         steps += [(workload, rep, kind) for rep, kind in round_robin(taking_part, cfg.repeat)]
     with _progress(progress, len(steps)) as advance:
