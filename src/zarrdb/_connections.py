@@ -130,6 +130,14 @@ class Connections:
         opts = self.options
         if not os.path.exists(path):
             raise FileNotFoundError(f"no such SQLiteStore file: {path!r}")
+        # A file a writer left in WAL mode, without its -wal/-shm files: reading it makes SQLite
+        # create them, and a read-only connection cannot remove them. Remember it, to tidy up
+        # at close (see _remove_sidecars_we_made).
+        self.made_sidecars = (
+            not opts["immutable"]
+            and _header_says_wal(path)
+            and not any(os.path.exists(path + s) for s in ("-wal", "-shm"))
+        )
         db = Database(
             path,
             mode="r",
@@ -226,10 +234,16 @@ class Connections:
             db.close()
         writing, self.writing = self.writing, None
         if writing is None:
+            if getattr(self, "made_sidecars", False):
+                _remove_sidecars_we_made(self.store_path)
             return
         writing.close()  # commits everything queued and stops the thread
         db = writing.db
         try:
+            with contextlib.suppress(errors.ZarrDBError):
+                # What a delete freed and the writer had no time to give back yet.
+                if db.pragma("auto_vacuum") == 2 and db.pragma("freelist_count"):
+                    db.execute("PRAGMA incremental_vacuum")
             if writing.writer.touch_skipped:
                 with contextlib.suppress(errors.ZarrDBError):
                     # Best effort: the data is committed already; a stale modified_at (which
@@ -254,6 +268,32 @@ class Connections:
                     UserWarning,
                     stacklevel=4,
                 )
+        finally:
+            db.close()
+
+
+def _header_says_wal(path: str) -> bool:
+    """Bytes 18-19 of the SQLite header: 2, 2 for WAL mode."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return False
+    return len(head) == 20 and head[18] == 2 and head[19] == 2
+
+
+def _remove_sidecars_we_made(path: str) -> None:
+    """Remove the -wal and -shm files that reading a file in WAL mode made (the file's own
+    writer had left none), if they hold nothing: a connection allowed to write, opened and
+    closed as the last one, checkpoints nothing and deletes them; the file itself is not
+    written. Where this process may not write there, they stay (SQLite then reads without
+    them, in memory, and made none)."""
+    if not os.path.exists(path + "-wal") or os.path.getsize(path + "-wal") != 0:
+        return
+    with contextlib.suppress(errors.ZarrDBError, OSError):
+        db = Database(path, mode="w", busy_timeout=0)
+        try:
+            db.pragma("schema_version")  # joins the log, so that closing ends it
         finally:
             db.close()
 

@@ -161,8 +161,8 @@ def validate(facts: FileFacts, *, path: str, writable: bool) -> list[str]:
     if not facts.has_store_tables:
         if facts.is_empty:
             raise errors.NotAZarrDBError(
-                f"{path!r} is an empty SQLite database, not a SQLiteStore file"
-                + ("" if writable else "; open it for writing to initialise it")
+                f"{path!r} is empty: nothing has been written to it yet (a SQLiteStore file "
+                "gets its tables when a store opened for writing first uses it)"
             )
         others = ", ".join(sorted(facts.tables))
         raise errors.NotAZarrDBError(

@@ -160,6 +160,15 @@ cdef struct WState:
     int64_t small_streak
     int64_t n_switches
     sqlite3_stmt* st_to_wal
+    # space back to the file system: after deletes, while the writer has nothing else to do,
+    # "PRAGMA incremental_vacuum" in steps of a bounded number of pages (files with a pointer
+    # map only, which zarrdb's own files have)
+    sqlite3_stmt* st_vacuum
+    sqlite3_stmt* st_freelist
+    bint freeing  # the batch being written deletes something
+    bint freed  # a committed batch deleted something since the free list was last emptied
+    int64_t vacuum_min  # pages: a free list shorter than this is left alone
+    int64_t n_vacuum_steps
 
 
 cdef const char* _EMPTY = b""
@@ -234,7 +243,9 @@ cdef int _apply_op(WState* w, WOp* op, int64_t* changes) noexcept nogil:
         _bind_key(st, 2, op.val, op.nval)
     rc = sqlite3_step(st)
     if rc == SQLITE_DONE:
-        changes[0] += sqlite3_changes(w.db)
+        if sqlite3_changes(w.db) > 0:
+            changes[0] += sqlite3_changes(w.db)
+            w.freeing = True
     sqlite3_reset(st)
     return SQLITE_OK if rc == SQLITE_DONE else rc
 
@@ -556,6 +567,22 @@ cdef void _after_commit(WState* w, bint joined, int64_t nbytes) noexcept nogil:
     sqlite3_busy_handler(w.db, _busy_wait, w.busy_wait)
 
 
+cdef void _vacuum_step(WState* w) noexcept nogil:
+    """One bounded step of giving free pages back (its own transaction); stops asking for more
+    once the free list is short."""
+    cdef int rc = sqlite3_step(w.st_vacuum)
+    while rc == SQLITE_ROW:
+        rc = sqlite3_step(w.st_vacuum)
+    sqlite3_reset(w.st_vacuum)
+    w.n_vacuum_steps += 1
+    if rc == SQLITE_DONE and sqlite3_step(w.st_freelist) == SQLITE_ROW:
+        if sqlite3_column_int64(w.st_freelist, 0) < w.vacuum_min:
+            w.freed = False
+    else:
+        w.freed = False  # e.g. a busy lock: try again after the next delete
+    sqlite3_reset(w.st_freelist)
+
+
 cdef void _writer_main(void* arg) noexcept nogil:
     cdef WState* w = <WState*>arg
     cdef WSub* s
@@ -569,6 +596,16 @@ cdef void _writer_main(void* arg) noexcept nogil:
     w.batch_hinted = True
     while True:
         while not _can_take(w) and not (w.stop and w.head == NULL and not w.held):
+            if (w.freed and not w.held and w.txn == 0 and w.hold_waiters == 0
+                    and not w.stop):
+                # Nothing to write: give space back, one bounded step at a time.
+                w.busy = 1
+                zt_mutex_unlock(&w.mu)
+                _vacuum_step(w)
+                zt_mutex_lock(&w.mu)
+                w.busy = 0
+                zt_cond_broadcast(&w.done)
+                continue
             zt_cond_wait(&w.work, &w.mu)
         if not _can_take(w):
             break  # stopping, and nothing is left
@@ -624,6 +661,9 @@ cdef void _writer_main(void* arg) noexcept nogil:
             _retry_alone(w, w.batch, w.batch_n, joined, rc)
         else:
             _after_commit(w, joined, w.batch_bytes)
+        if w.freeing and w.st_vacuum != NULL:
+            w.freed = True
+        w.freeing = False
 
         zt_mutex_lock(&w.mu)
         w.busy = 0
@@ -881,7 +921,7 @@ cdef class Writer:
     def __init__(self, Database db, *, batch_bytes=64 << 20, queue_bytes=256 << 20,
                  blob_min=128 << 10, touch_sql=None, touch_every=0.5, max_age=2e-3,
                  checkpoint=False, synchronous=1, checkpoint_pages=256, wal_limit_pages=4096,
-                 wal_after=0, small_bytes=256 << 10):
+                 wal_after=0, small_bytes=256 << 10, vacuum_pages=256, vacuum_min=16):
         cdef WState* w
         cdef sqlite3_stmt* stmt = NULL
         cdef bytes sql
@@ -920,6 +960,10 @@ cdef class Writer:
         w.busy_wait = &db._busy
         w.small_bytes = int(small_bytes)
         w.in_wal = db.journal_mode() == "wal"
+        vacuum_sql = None
+        if int(db.pragma("auto_vacuum")) == 2:  # incremental: the file has a pointer map
+            vacuum_sql = f"PRAGMA incremental_vacuum({max(1, int(vacuum_pages))})"
+        w.vacuum_min = max(1, int(vacuum_min))
         # The Database stays marked in use while the thread owns it: a call from Python
         # outside hold()/release() raises ConcurrentUseError instead of racing the thread.
         db._enter()
@@ -937,7 +981,8 @@ cdef class Writer:
             w.st_savepoint = db._stmt(S_SAVEPOINT)
             w.st_release = db._stmt(S_RELEASE)
             w.st_rollback_to = db._stmt(S_ROLLBACK_TO)
-            for text, target in ((touch_sql, 0), ("PRAGMA journal_mode = WAL", 1)):
+            for text, target in ((touch_sql, 0), ("PRAGMA journal_mode = WAL", 1),
+                                 (vacuum_sql, 2), ("PRAGMA freelist_count", 3)):
                 if text is None:
                     continue
                 sql = text.encode("utf-8")
@@ -946,8 +991,12 @@ cdef class Writer:
                     raise db._error(rc, f"cannot prepare {text!r}")
                 if target == 0:
                     w.st_touch = stmt
-                else:
+                elif target == 1:
                     w.st_to_wal = stmt
+                elif target == 2:
+                    w.st_vacuum = stmt
+                else:
+                    w.st_freelist = stmt
             if checkpoint:
                 path = os.fsencode(db.path)
                 w.ck_path = <char*>malloc(len(path) + 1)
@@ -991,6 +1040,12 @@ cdef class Writer:
         if w.st_to_wal != NULL:
             sqlite3_finalize(w.st_to_wal)
             w.st_to_wal = NULL
+        if w.st_vacuum != NULL:
+            sqlite3_finalize(w.st_vacuum)
+            w.st_vacuum = NULL
+        if w.st_freelist != NULL:
+            sqlite3_finalize(w.st_freelist)
+            w.st_freelist = NULL
 
     cdef int _check(self) except -1:
         if self._closed:
@@ -1225,7 +1280,7 @@ cdef class Writer:
         """Counters: batches committed, submissions, batches retried one by one, the largest
         batch, the most bytes queued at once, and the bytes queued now."""
         cdef WState* w = self.w
-        cdef int64_t v[12]
+        cdef int64_t v[13]
         with nogil:
             zt_mutex_lock(&w.mu)
             v[0] = w.n_batches
@@ -1240,11 +1295,13 @@ cdef class Writer:
             v[9] = w.max_wal_frames
             v[10] = w.n_switches
             v[11] = w.in_wal
+            v[12] = w.n_vacuum_steps
             zt_mutex_unlock(&w.mu)
         return dict(zip(("batches", "submissions", "retried_batches", "max_batch",
                          "max_queued_bytes", "queued_bytes", "lingered", "checkpoints",
-                         "checkpoint_waits", "max_wal_frames", "switches_to_wal", "in_wal"),
-                        [v[i] for i in range(12)]))
+                         "checkpoint_waits", "max_wal_frames", "switches_to_wal", "in_wal",
+                         "vacuum_steps"),
+                        [v[i] for i in range(13)]))
 
     @property
     def closed(self):

@@ -59,6 +59,11 @@ WAL_LIMIT_PAGES = 1024
 AUTO_WAL_AFTER = 8
 AUTO_SMALL_COMMIT = 512 * 1024
 _SYNCHRONOUS = {"off": 0, "normal": 1, "full": 2}
+# After deletes, the writer gives free pages back to the file system while it has nothing else
+# to write, this many pages per step (each step its own short transaction, so a write that
+# arrives meanwhile waits for one step at most), until fewer than VACUUM_MIN_PAGES are free.
+VACUUM_STEP_PAGES = 256
+VACUUM_MIN_PAGES = 16
 # Group commits update the modified_at record at most this often (seconds); closing the store
 # writes the final time if a later commit left it out; explicit transactions always write it.
 MODIFIED_AT_INTERVAL = 0.5
@@ -92,6 +97,8 @@ class Writing:
             wal_limit_pages=WAL_LIMIT_PAGES,
             wal_after=AUTO_WAL_AFTER if journal == "auto" else 0,
             small_bytes=AUTO_SMALL_COMMIT,
+            vacuum_pages=VACUUM_STEP_PAGES,
+            vacuum_min=VACUUM_MIN_PAGES,
         )
         self.ports: dict[int, _LoopPort] = {}  # id(loop) -> its port
         self.ports_lock = threading.Lock()

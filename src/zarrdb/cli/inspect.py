@@ -97,6 +97,7 @@ def _file_facts(store: Any) -> dict[str, Any]:
         "file_size": facts["file_size"],
         "page_count": facts["page_count"],
         "free_pages": facts["freelist_count"],
+        "auto_vacuum": facts.get("auto_vacuum"),
         "free_bytes": facts["freelist_count"] * facts["page_size"],
         "keys": facts["keys"],
         "stored_bytes": facts["stored_bytes"],
@@ -151,7 +152,7 @@ def _print_info(result: dict[str, Any]) -> None:
             ("file size", human(f["file_size"])),
             (
                 "free pages",
-                f"{f['free_pages']:,} ({human(f['free_bytes'])}; 'zarrdb vacuum' gives them back)"
+                f"{f['free_pages']:,} ({human(f['free_bytes'])}; {_give_back_hint(f)})"
                 if f["free_pages"]
                 else "0",
             ),
@@ -264,3 +265,10 @@ async def run_tree(args: argparse.Namespace) -> int:
     print("\n".join(_draw(nodes[0], children, display(path))))
     _warn_problems(where, problems)
     return EXIT_OK
+
+
+def _give_back_hint(facts: dict) -> str:
+    """How the free pages of this file go back to the file system."""
+    if facts.get("auto_vacuum") == "incremental":
+        return "the next store to open it for writing gives them back when it closes"
+    return "'zarrdb vacuum' gives them back"
