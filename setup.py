@@ -88,7 +88,12 @@ extension = Extension(
     include_dirs=include_dirs,
     define_macros=macros,
     libraries=libraries,
-    depends=["src/zarrdb/_sqlite3.pxd", "src/zarrdb/_sqlite_amalgamation.h"]
+    depends=[
+        "src/zarrdb/_sqlite3.pxd",
+        "src/zarrdb/_sqlite_amalgamation.h",
+        "src/zarrdb/_remote_vfs.pxi",
+        "src/zarrdb/_remote_vfs.h",
+    ]
     + ([] if SYSTEM_SQLITE else ["vendor/sqlite3/sqlite3.c", "vendor/sqlite3/sqlite3.h"]),
 )
 

@@ -25,7 +25,7 @@ setup() {
     local changed=""
     if [ -f "$stamp" ]; then
         changed=$(find setup.py pyproject.toml src vendor -newer "$stamp" -type f \
-            \( -name '*.pyx' -o -name '*.pxd' -o -name '*.h' -o -name sqlite3.c \
+            \( -name '*.pyx' -o -name '*.pxi' -o -name '*.pxd' -o -name '*.h' -o -name sqlite3.c \
                -o -name setup.py -o -name pyproject.toml \) | head -n 1)
     fi
     if [ ! -f "$stamp" ] || [ -n "$changed" ]; then

@@ -409,12 +409,15 @@ cdef class Database:
         mmap_size=None,
         synchronous=None,
         journal_mode=None,
+        vfs=None,
     ):
         cdef int flags
         cdef int rc
         cdef sqlite3* handle = NULL
         cdef bytes target
         cdef const char* c_target
+        cdef bytes vfs_name = None if vfs is None else vfs.encode("utf-8")
+        cdef const char* c_vfs = NULL if vfs_name is None else <const char*>vfs_name
         if self.db != NULL:
             raise _errors.MisuseError("Database.__init__ called twice", code=SQLITE_MISUSE)
         path = os.fspath(path)
@@ -446,7 +449,7 @@ cdef class Database:
             target = path.encode("utf-8")
         c_target = target
         with nogil:
-            rc = sqlite3_open_v2(c_target, &handle, flags, NULL)
+            rc = sqlite3_open_v2(c_target, &handle, flags, c_vfs)
         if rc != SQLITE_OK:
             if handle == NULL:
                 raise MemoryError("SQLite could not allocate a connection")
@@ -1665,3 +1668,6 @@ cdef class Database:
                 raise self._error(rc)
         finally:
             self._leave()
+
+
+include "_remote_vfs.pxi"
