@@ -21,7 +21,7 @@ import time
 import warnings
 import weakref
 from contextvars import ContextVar
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -35,6 +35,7 @@ from zarr.abc.store import (
 from zarr.core.buffer import Buffer, BufferPrototype, cpu, default_buffer_prototype
 
 from zarrdb import _format, errors
+from zarrdb import remote as _remote
 from zarrdb._core import Database
 
 if TYPE_CHECKING:
@@ -199,6 +200,12 @@ class _Connections:
         self.store_path = store.path
         self.options = store._options
         self.read_only = store.read_only
+        # A remote file: where it is, and once open, the file itself (its version pinned, its
+        # block cache shared by the read connections of every thread).
+        self.remote_location = store._remote
+        self.remote: _remote.RemoteObject | None = None
+        self.block_cache = store._block_cache
+        self.expect_etag = store._expect_etag
         self.pid = os.getpid()
         self.local = threading.local()
         self.readers: list[Database] = []  # every open read connection
@@ -223,7 +230,7 @@ class _Connections:
     def open(self) -> None:
         path = self.store_path
         opts = self.options
-        if os.path.isdir(path):
+        if self.remote_location is None and os.path.isdir(path):
             raise errors.CantOpenError(
                 f"{path!r} is a directory; a SQLiteStore is a single file (for a directory "
                 "of chunk files use zarr.storage.LocalStore)",
@@ -231,16 +238,9 @@ class _Connections:
                 filename=path,
             )
         if self.read_only:
-            if not os.path.exists(path):
+            if self.remote_location is None and not os.path.exists(path):
                 raise FileNotFoundError(f"no such SQLiteStore file: {path!r}")
-            db = Database(
-                path,
-                mode="r",
-                immutable=opts["immutable"],
-                busy_timeout=opts["busy_timeout"],
-                cache_size=opts["cache_size"],
-                mmap_size=opts["mmap_size"],
-            )
+            db = self._open_reader()
             try:
                 notes = _format.validate(_format.read_facts(db), path=path, writable=False)
             except BaseException:
@@ -304,19 +304,28 @@ class _Connections:
                 if not candidate.closed:
                     db = candidate
         if db is None:
-            opts = self.options
-            db = Database(
-                self.store_path,
-                mode="r" if self.read_only else "w",
-                immutable=opts["immutable"],
-                busy_timeout=opts["busy_timeout"],
-                cache_size=opts["cache_size"],
-                mmap_size=opts["mmap_size"],
-            )
+            db = self._open_reader()
             with self.readers_lock:
                 self.readers.append(db)
         self._lease(db)
         return db
+
+    def _open_reader(self) -> Database:
+        opts = self.options
+        if self.remote_location is not None:
+            if self.remote is None:
+                self.remote = _remote.RemoteObject(
+                    self.remote_location, self.block_cache, expect_etag=self.expect_etag
+                )
+            return self.remote.connect(cache_size=opts["cache_size"])
+        return Database(
+            self.store_path,
+            mode="r" if self.read_only else "w",
+            immutable=opts["immutable"],
+            busy_timeout=opts["busy_timeout"],
+            cache_size=opts["cache_size"],
+            mmap_size=opts["mmap_size"],
+        )
 
     def _adopt_reader(self, db: Database) -> None:
         with self.readers_lock:
@@ -670,6 +679,12 @@ class SQLiteStore(Store):
         which does not need to copy pages appended to the file, so bulk loads of large chunks
         write about twice as fast; readers wait while a commit is written. The closed file is
         in DELETE mode either way.
+    storage_options
+        For a URL (s3://, gs://, az://, http(s)://; read_only=True): obstore's settings for
+        `obstore.store.from_url` (endpoint, region, credentials, allow_http, retry_config, ...).
+    block_cache
+        For a URL: the block cache, a `zarrdb.remote.BlockCache` or a dict of its fields
+        (size, block_size, readahead, first_read).
     """
 
     supports_writes: bool = True
@@ -689,13 +704,34 @@ class SQLiteStore(Store):
         cache_size: int | None = None,
         mmap_size: int | None = None,
         journal: Literal["wal", "delete"] = "wal",
+        storage_options: Mapping[str, Any] | None = None,
+        block_cache: _remote.BlockCache | Mapping[str, int] | None = None,
     ) -> None:
         super().__init__(read_only=read_only or immutable)
         if durability not in _DURABILITY_LEVELS:
             raise ValueError(f"durability must be 'full', 'normal' or 'off', not {durability!r}")
         if journal not in ("wal", "delete"):
             raise ValueError(f"journal must be 'wal' or 'delete', not {journal!r}")
-        self.path = os.path.abspath(os.fspath(path))
+        # A remote file (read-only): a URL, or a RemoteLocation from from_object_store.
+        self._remote: _remote.RemoteLocation | None = None
+        self._block_cache: _remote.BlockCache | None = None
+        self._expect_etag: str | None = None  # the version a pickled remote store was opened at
+        if isinstance(path, _remote.RemoteLocation) or _remote.is_url(path):
+            if not self.read_only:
+                raise ValueError(
+                    f"{str(path)!r} is a remote file: open it with read_only=True (remote "
+                    "files are read-only; write a local file and upload it when closed)"
+                )
+            if isinstance(path, _remote.RemoteLocation):
+                self._remote = path
+            else:
+                self._remote = _remote.RemoteLocation(path, storage_options=storage_options)
+            self._block_cache = _remote.BlockCache.from_options(block_cache)
+            self.path = self._remote.url
+        elif storage_options is not None or block_cache is not None:
+            raise ValueError("storage_options and block_cache apply to remote files (URLs) only")
+        else:
+            self.path = os.path.abspath(os.fspath(path))
         self._options: dict[str, Any] = {
             "durability": durability,
             "page_size": page_size,
@@ -709,6 +745,20 @@ class SQLiteStore(Store):
         self._open_lock = threading.Lock()
 
     # --- life cycle ------------------------------------------------------------------------
+
+    @classmethod
+    def from_object_store(
+        cls,
+        store: Any,
+        path: str,
+        *,
+        block_cache: _remote.BlockCache | Mapping[str, int] | None = None,
+        cache_size: int | None = None,
+    ) -> SQLiteStore:
+        """A read-only store on the .zarrdb file at `path` in an obstore store (S3Store,
+        GCSStore, AzureStore, HTTPStore, ...); it pickles with the store's configuration."""
+        location = _remote.RemoteLocation(store=store, path=path)
+        return cls(location, read_only=True, block_cache=block_cache, cache_size=cache_size)
 
     @classmethod
     async def open(cls, *args: Any, **kwargs: Any) -> Self:
@@ -769,6 +819,8 @@ class SQLiteStore(Store):
 
     def with_read_only(self, read_only: bool = False) -> SQLiteStore:
         opts = dict(self._options)
+        if self._remote is not None:
+            return type(self)(self._remote, read_only=read_only, block_cache=self._block_cache, **opts)
         return type(self)(self.path, read_only=read_only, **opts)
 
     def __eq__(self, other: object) -> bool:
@@ -788,10 +840,28 @@ class SQLiteStore(Store):
         return f"sqlite://{self.path}"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "read_only": self.read_only, "options": dict(self._options)}
+        state = {"path": self.path, "read_only": self.read_only, "options": dict(self._options)}
+        if self._remote is not None:
+            # A remote store reopens at the version it has open (or was given), so that the
+            # processes reading one array never mix two versions of the file.
+            conns = self._conns
+            opened = conns.remote if conns is not None else None
+            state["remote"] = {
+                "location": self._remote,
+                "block_cache": self._block_cache,
+                "etag": opened.etag if opened is not None else self._expect_etag,
+            }
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], read_only=state["read_only"], **state["options"])  # type: ignore[misc]
+        remote = state.get("remote")
+        if remote is None:
+            self.__init__(state["path"], read_only=state["read_only"], **state["options"])  # type: ignore[misc]
+            return
+        self.__init__(  # type: ignore[misc]
+            remote["location"], read_only=True, block_cache=remote["block_cache"], **state["options"]
+        )
+        self._expect_etag = remote["etag"]
 
     def transaction(self) -> _TransactionContext:
         """Every write to this store inside the block is one atomic commit (rolled back if the
@@ -857,6 +927,13 @@ class SQLiteStore(Store):
         """Rebuild the file without free pages (needs about the file's size in free space)."""
         self._writer_call(lambda db: db.vacuum())
 
+    def remote_stats(self) -> dict[str, int] | None:
+        """For a remote file: its block cache's counters (requests, bytes fetched, block hits
+        and misses, waits for another thread's request, failures, evictions, cached_bytes);
+        None for a local file."""
+        remote = self._connections().remote
+        return None if remote is None else remote.stats()
+
     def check(self) -> list[str]:
         """Problems SQLite's integrity check finds in the file (empty when it is sound)."""
         with self._connections().read_connection() as db:
@@ -871,11 +948,12 @@ class SQLiteStore(Store):
         """Facts about the file: format metadata, SQLite settings, key count and stored bytes."""
         import zarrdb
 
-        with self._connections().read_connection() as db:
+        conns = self._connections()
+        with conns.read_connection() as db:
             facts = _format.read_facts(db)
             info: dict[str, Any] = {
                 "path": self.path,
-                "file_size": os.path.getsize(self.path),
+                "file_size": conns.remote.size if conns.remote else os.path.getsize(self.path),
                 "format_version": facts.metadata.get("sqlitestore_version"),
                 "created_by": facts.metadata.get("created_by"),
                 "modified_at": facts.metadata.get("modified_at"),

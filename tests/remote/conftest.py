@@ -50,6 +50,7 @@ def http(http_server):
     http_server.objects.clear()
     http_server.traffic.reset()
     http_server.fail_next = 0
+    http_server.fail_from_offset = None
     http_server.delay = 0.0
     http_server.ignore_if_match = False
     http_server.send_etag = True

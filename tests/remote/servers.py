@@ -160,6 +160,7 @@ class HTTPServer:
         self.objects: dict[str, bytes] = {}
         self.traffic = Traffic()
         self.fail_next = 0  # answer this many of the next requests with 500
+        self.fail_from_offset: int | None = None  # answer ranges starting there or later with 500
         self.delay = 0.0  # seconds to wait before answering each request
         self.ignore_if_match = False
         self.send_etag = True
@@ -218,8 +219,11 @@ class HTTPServer:
         self.traffic.add(record)
         if self.delay:
             await asyncio.sleep(self.delay)
-        if self.fail_next > 0:
-            self.fail_next -= 1
+        starts_late = self.fail_from_offset is not None and (
+            _range_start(record.range) >= self.fail_from_offset
+        )
+        if self.fail_next > 0 or starts_late:
+            self.fail_next = max(0, self.fail_next - 1)
             record.status = 500
             return web.Response(status=500, text="injected failure")
         data = self.objects.get(request.match_info["path"])
@@ -251,6 +255,11 @@ class HTTPServer:
             return web.Response(status=status, headers=headers)
         record.sent = len(body)
         return web.Response(status=status, body=body, headers=headers)
+
+
+def _range_start(spec: str | None) -> int:
+    first = (spec or "bytes=0-").partition("=")[2].partition("-")[0]
+    return int(first) if first else 0
 
 
 def _parse_range(spec: str, size: int) -> tuple[int, int] | None:
