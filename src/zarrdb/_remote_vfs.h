@@ -8,8 +8,11 @@
  *
  * - A read served from the cache costs a memcpy under the source's mutex.
  * - A miss fetches a run of consecutive absent blocks in one request: the blocks the read needs,
- *   and more while the connection reads forward (read-ahead: each miss right after the previous
- *   run doubles the run, up to a limit).
+ *   and more while reading goes on in one direction (read-ahead: a miss just after a run fetched
+ *   before, or just before it, fetches a run twice as long on that side, up to a limit). The
+ *   source remembers its last few runs (streams), so several readers walking together (dask
+ *   workers go through an array backwards), or one reader interleaving a few scans, each keep
+ *   their read-ahead.
  * - Blocks being fetched are in the table marked loading; another reader of such a block waits
  *   for that fetch instead of issuing its own. A failed fetch takes its blocks out again, so a
  *   waiter retries and sees its own error.
@@ -57,6 +60,7 @@ static void zr_cond_broadcast(zr_cond *c) { pthread_cond_broadcast(c); }
 
 #define ZR_VFS_NAME "zarrdb-remote"
 #define ZR_NAME_MAX 48
+#define ZR_STREAMS 8
 
 typedef struct zr_source zr_source;
 
@@ -92,6 +96,14 @@ struct zr_block {
     zr_block *lru_next;
 };
 
+/* A sequential stream: the blocks its runs covered, and the length of its next run. */
+typedef struct zr_stream {
+    sqlite3_int64 lo;       /* its first block */
+    sqlite3_int64 hi;       /* the block after its last */
+    int run;
+    sqlite3_int64 used;     /* when it last grew: the least recently used stream is replaced */
+} zr_stream;
+
 struct zr_source {
     zr_source *next;        /* in the registry */
     char name[ZR_NAME_MAX];
@@ -107,14 +119,14 @@ struct zr_source {
     zr_block **buckets;
     sqlite3_int64 nbuckets; /* a power of two */
     zr_block lru;           /* sentinel of the LRU list */
+    zr_stream streams[ZR_STREAMS];
+    sqlite3_int64 clock;    /* counts misses, to age the streams */
     zr_stats stats;
 };
 
 typedef struct zr_file {
     sqlite3_file base;
     zr_source *source;
-    sqlite3_int64 next_block; /* the block after the last run this connection fetched */
-    int run;                  /* the length of that run */
 } zr_file;
 
 static zr_mutex zr_registry_lock = ZR_MUTEX_INITIALIZER;
@@ -247,17 +259,60 @@ static int zr_fetch_run(zr_source *s, sqlite3_int64 first, int count) {
     return rc;
 }
 
+/* The stream a miss at `index` continues, with the length of its next run and whether it goes
+ * backwards: a miss at most one run past either end of a stream continues it, doubling the run
+ * (readers skip a block now and then); a miss at a block the stream skipped fetches the gap;
+ * otherwise a new stream replaces the least recently used one. */
+static zr_stream *zr_stream_for(zr_source *s, sqlite3_int64 index, int *backward) {
+    zr_stream *oldest = &s->streams[0];
+    int i;
+    s->clock++;
+    for (i = 0; i < ZR_STREAMS; i++) {
+        zr_stream *st = &s->streams[i];
+        if (st->run > 0) {
+            int ahead = index >= st->hi && index < st->hi + st->run;
+            int behind = index < st->lo && index >= st->lo - st->run;
+            if (ahead || behind || (index >= st->lo && index < st->hi)) {
+                if (ahead || behind) st->run = st->run * 2 < s->max_run ? st->run * 2 : s->max_run;
+                st->used = s->clock;
+                *backward = behind;
+                return st;
+            }
+        }
+        if (st->used < oldest->used) oldest = st;
+    }
+    oldest->run = 1;
+    oldest->used = s->clock;
+    oldest->lo = index;
+    oldest->hi = index + 1;
+    *backward = 0;
+    return oldest;
+}
+
+/* Put a placeholder for block `index`, marked loading, into the table; 0 when out of memory. */
+static int zr_placeholder(zr_source *s, sqlite3_int64 index) {
+    zr_block *p = (zr_block *)calloc(1, sizeof(zr_block));
+    if (p == NULL) return 0;
+    p->index = index;
+    p->loading = 1;
+    p->hash_next = *zr_slot(s, index);
+    *zr_slot(s, index) = p;
+    return 1;
+}
+
 /* Copy `n` bytes at `within` of block `index` into dest, fetching as needed; `last` is the last
  * block the whole xRead needs. */
-static int zr_copy(zr_file *f, sqlite3_int64 index, sqlite3_int64 last, sqlite3_int64 within,
+static int zr_copy(zr_source *s, sqlite3_int64 index, sqlite3_int64 last, sqlite3_int64 within,
                    sqlite3_int64 n, unsigned char *dest) {
-    zr_source *s = f->source;
     int counted = 0;
     zr_lock(&s->mutex);
     for (;;) {
         zr_block *b = zr_find(s, index);
-        sqlite3_int64 want;
-        int count;
+        sqlite3_int64 want, first, ahead_limit, behind_limit;
+        zr_stream *stream;
+        int backward;
+        int ahead;
+        int behind = 0;
         if (b != NULL && !b->loading) {
             memcpy(dest, b->data + within, (size_t)n);
             zr_lru_unlink(b);
@@ -272,34 +327,38 @@ static int zr_copy(zr_file *f, sqlite3_int64 index, sqlite3_int64 last, sqlite3_
             zr_cond_wait(&s->loaded, &s->mutex);
             continue;
         }
-        /* A miss: this block, the rest of this read, and read-ahead when reading forward. */
-        if (index == f->next_block && f->run > 0) {
-            f->run = f->run * 2 < s->max_run ? f->run * 2 : s->max_run;
-        } else {
-            f->run = 1;
-        }
-        want = last - index + 1;
-        if (want < f->run) want = f->run;
-        if (want > s->nblocks - index) want = s->nblocks - index;
+        /* A miss: this block and the rest of this read, the blocks the stream skipped between
+         * its end and this one, and read-ahead on the stream's side; absent blocks only, so
+         * that the run is one range. */
+        stream = zr_stream_for(s, index, &backward);
+        want = stream->run > last - index + 1 ? stream->run : last - index + 1;
         if (want > s->capacity) want = s->capacity;
-        for (count = 0; count < want; count++) {
-            zr_block *p;
-            if (count > 0 && zr_find(s, index + count) != NULL) break;
-            p = (zr_block *)calloc(1, sizeof(zr_block));
-            if (p == NULL) break;
-            p->index = index + count;
-            p->loading = 1;
-            p->hash_next = *zr_slot(s, p->index);
-            *zr_slot(s, p->index) = p;
+        if (backward) {
+            ahead_limit = stream->lo - index > last - index + 1 ? stream->lo - index : last - index + 1;
+            behind_limit = want - 1;
+        } else {
+            ahead_limit = want;
+            behind_limit = stream->hi < index ? index - stream->hi : 0;
         }
-        if (count == 0) {
+        if (!zr_placeholder(s, index)) {
             zr_unlock(&s->mutex);
             return SQLITE_IOERR_NOMEM;
         }
-        s->stats.misses += count;
+        for (ahead = 1; ahead < ahead_limit && index + ahead < s->nblocks; ahead++) {
+            if (ahead >= s->capacity) break;
+            if (zr_find(s, index + ahead) != NULL || !zr_placeholder(s, index + ahead)) break;
+        }
+        while (behind < behind_limit && ahead + behind < s->capacity && index - behind > 0) {
+            if (zr_find(s, index - behind - 1) != NULL) break;
+            if (!zr_placeholder(s, index - behind - 1)) break;
+            behind++;
+        }
+        first = index - behind;
+        s->stats.misses += ahead + behind;
         counted = 1;
-        f->next_block = index + count;
-        if (zr_fetch_run(s, index, count) != 0) {
+        if (first < stream->lo) stream->lo = first;
+        if (index + ahead > stream->hi) stream->hi = index + ahead;
+        if (zr_fetch_run(s, first, ahead + behind) != 0) {
             zr_unlock(&s->mutex);
             return SQLITE_IOERR_READ;
         }
@@ -320,7 +379,7 @@ static int zr_read(sqlite3_file *file, void *buf, int amount, sqlite3_int64 offs
         sqlite3_int64 n = s->block_size - within;
         int rc;
         if (n > stop - pos) n = stop - pos;
-        rc = zr_copy(f, index, last, within, n, out + (pos - offset));
+        rc = zr_copy(s, index, last, within, n, out + (pos - offset));
         if (rc != SQLITE_OK) return rc;
         pos += n;
     }
@@ -528,7 +587,6 @@ static int zr_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int f
     zr_unlock(&zr_registry_lock);
     if (s == NULL) return SQLITE_CANTOPEN;
     f->source = s;
-    f->next_block = -1;
     f->base.pMethods = &zr_io_methods;
     if (out_flags != NULL) *out_flags = SQLITE_OPEN_READONLY;
     return SQLITE_OK;

@@ -18,7 +18,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import threading
 import urllib.parse
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -34,6 +36,7 @@ __all__ = [
     "is_url",
     "open_remote",
     "parse_options",
+    "release_caches",
 ]
 
 KIB = 1024
@@ -231,6 +234,18 @@ class RemoteLocation:
         else:
             self.__init__(state["url"], storage_options=state["storage_options"])  # type: ignore[misc]
 
+    def key(self) -> tuple[Any, ...]:
+        """What tells this location from others with the same URL (other endpoints, options)."""
+        if self.base is not None:
+            return (self.url, repr(sorted(self.storage_options.items())))
+        store = self._store
+        return (
+            self.url,
+            type(store).__name__,
+            repr(getattr(store, "config", None)),
+            repr(getattr(store, "client_options", None)),
+        )
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RemoteLocation) and self.url == other.url
 
@@ -256,6 +271,7 @@ class RemoteObject:
         obstore = _obstore()
         self.location = location
         self.url = location.url
+        self.pid = os.getpid()
         self._get = obstore.get
         self._store = location.object_store()
         self._changed = (obstore.exceptions.PreconditionError, FileNotFoundError)
@@ -331,6 +347,53 @@ class RemoteObject:
     def stats(self) -> dict[str, int]:
         """The block cache's counters: requests, bytes, hits, misses, waits, failures, ..."""
         return self.file.stats()
+
+
+# The remote files this process opened last, most recently used at the end. A store opened again
+# on the same version of a file (a dask task unpickling its store, or a program opening the same
+# URL twice) shares its block cache instead of starting cold; a store unpickled with the version
+# it was opened at does so without any request.
+SHARED_FILES = 4
+_shared: OrderedDict[tuple[Any, ...], RemoteObject] = OrderedDict()
+_shared_lock = threading.Lock()
+
+
+def open_shared(
+    location: RemoteLocation, cache: BlockCache, *, expect_etag: str | None = None
+) -> RemoteObject:
+    """The opened file at `location`: one of the last SHARED_FILES opened in this process if it
+    is the same version (the ETag pinned, or found by an opening request), else a new one."""
+    key = (location.key(), cache)
+    with _shared_lock:
+        known = _shared.get(key)
+        if known is not None and known.pid != os.getpid():
+            _shared.clear()  # inherited through fork(): the child opens its own
+            known = None
+        if known is not None and expect_etag is not None and known.etag == expect_etag:
+            _shared.move_to_end(key)
+            return known
+    opened = RemoteObject(location, cache, expect_etag=expect_etag)
+    with _shared_lock:
+        known = _shared.get(key)
+        if (
+            known is not None
+            and opened.etag
+            and (known.etag, known.size) == (opened.etag, opened.size)
+        ):
+            _shared.move_to_end(key)
+            return known
+        _shared[key] = opened
+        _shared.move_to_end(key)
+        while len(_shared) > SHARED_FILES:
+            _shared.popitem(last=False)
+    return opened
+
+
+def release_caches() -> None:
+    """Forget the remote files kept for reuse; their block caches are freed once no open store
+    uses them."""
+    with _shared_lock:
+        _shared.clear()
 
 
 def _check_header(header: bytes, url: str) -> None:

@@ -314,7 +314,7 @@ class _Connections:
         opts = self.options
         if self.remote_location is not None:
             if self.remote is None:
-                self.remote = _remote.RemoteObject(
+                self.remote = _remote.open_shared(
                     self.remote_location, self.block_cache, expect_etag=self.expect_etag
                 )
             return self.remote.connect(cache_size=opts["cache_size"])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import zarr
 
-from zarrdb import SQLiteStore
+from zarrdb import SQLiteStore, remote
 
 from .servers import HTTPServer, S3Server
 
@@ -41,6 +41,7 @@ def s3(s3_server):
     """The S3 server with a new bucket of its own and fresh counts: (server, bucket)."""
     bucket = s3_server.new_bucket()
     s3_server.traffic.reset()
+    remote.release_caches()
     return s3_server, bucket
 
 
@@ -54,6 +55,7 @@ def http(http_server):
     http_server.delay = 0.0
     http_server.ignore_if_match = False
     http_server.send_etag = True
+    remote.release_caches()  # the same URL serves other bytes in each test
     return http_server
 
 

@@ -158,6 +158,7 @@ class HTTPServer:
 
     def __init__(self) -> None:
         self.objects: dict[str, bytes] = {}
+        self.etags: dict[str, str] = {}
         self.traffic = Traffic()
         self.fail_next = 0  # answer this many of the next requests with 500
         self.fail_from_offset: int | None = None  # answer ranges starting there or later with 500
@@ -169,6 +170,7 @@ class HTTPServer:
 
     def put(self, path: str, data: bytes) -> None:
         self.objects[path.lstrip("/")] = bytes(data)
+        self.etags[path.lstrip("/")] = etag_of(data)
 
     @property
     def url(self) -> str:
@@ -230,7 +232,7 @@ class HTTPServer:
         if data is None or request.method not in ("GET", "HEAD"):
             record.status = 404 if data is None else 405
             return web.Response(status=record.status)
-        etag = etag_of(data)
+        etag = self.etags[request.match_info["path"]]
         headers = {"Accept-Ranges": "bytes"}
         if self.send_etag:
             headers["ETag"] = etag

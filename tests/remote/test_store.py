@@ -270,15 +270,38 @@ def test_a_remote_store_pickles_as_its_url_and_options_and_version(published, hi
     clone = pickle.loads(pickle.dumps(store))
     assert clone == store and clone.read_only
     np.testing.assert_array_equal(zarr.open_array(clone, path="plain", mode="r")[:], arrays["plain"])
-    # A copy made before the file changed does not read the new version.
+    # A copy made before the file changed does not read the new version (in a new process,
+    # which has not got the old version cached).
     later = pickle.loads(pickle.dumps(store))
     newer = tmp_path / "newer.zarrdb"
     write_hierarchy(newer, seed=2)
     published.put(newer.read_bytes())
+    remote.release_caches()
     with pytest.raises(errors.RemoteFileChangedError):
         later.ensure_open()
     store.close()
     clone.close()
+
+
+def test_stores_of_one_version_share_the_block_cache(published, hierarchy_file):
+    _, arrays = hierarchy_file
+    store = published.open()
+    np.testing.assert_array_equal(zarr.open_array(store, path="plain", mode="r")[:], arrays["plain"])
+    before = published.reads()
+    # Unpickled (as a dask task does): the version is known, the blocks are cached.
+    clone = pickle.loads(pickle.dumps(store))
+    np.testing.assert_array_equal(zarr.open_array(clone, path="plain", mode="r")[:], arrays["plain"])
+    assert published.reads() == before
+    # Opened anew: one request finds the version unchanged, and the cache serves the rest.
+    again = published.open()
+    np.testing.assert_array_equal(zarr.open_array(again, path="plain", mode="r")[:], arrays["plain"])
+    assert published.reads() == before + 1
+    # Another block cache configuration is another cache.
+    other = published.open(block_cache={"block_size": 32 * KIB})
+    zarr.open_array(other, path="plain", mode="r")[:8]
+    assert published.reads() > before + 1
+    for s in (store, clone, again, other):
+        s.close()
 
 
 def test_from_object_store(s3, hierarchy_file):

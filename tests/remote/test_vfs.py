@@ -117,6 +117,33 @@ def test_sequential_reads_grow_the_requests_up_to_the_readahead(small_pages, rea
     db.close()
 
 
+@pytest.mark.parametrize("order", ["forwards", "backwards", "shuffled"])
+def test_values_read_in_file_order_either_way_grow_the_requests(small_pages, order):
+    path, _ = small_pages
+    with Database(path, mode="r") as local:
+        keys = [k for (k,) in local.execute("SELECT k FROM zarr WHERE k >= 'plain/c/' ORDER BY rowid")]
+        expected = {k: local.get(k) for k in keys}
+    keys = keys[:60]  # 32x32 float32 chunks: one page and a bit each
+    if order == "backwards":
+        keys.reverse()
+    elif order == "shuffled":
+        keys = [keys[(i * 37) % len(keys)] for i in range(len(keys))]
+    fetch = FileFetch(path)
+    remote = RemoteFile("test://x", len(fetch.data), fetch, block_size=4 * KIB,
+                        readahead=256 * KIB, head=fetch.data[: 32 * KIB])
+    db = RemoteDatabase(remote)
+    db.list_keys()  # the index, so that what follows fetches the values only
+    fetch.calls.clear()
+    for key in keys:
+        assert db.get(key) == expected[key]
+    if order == "shuffled":
+        assert len(fetch.calls) > 20  # no order to follow: about one request per value
+    else:
+        assert len(fetch.calls) <= 10, fetch.calls
+        assert max(n for _, n in fetch.calls) >= 64 * KIB
+    db.close()
+
+
 def test_the_cache_keeps_the_most_recently_used_blocks_within_its_size(small_pages):
     path, _ = small_pages
     fetch = FileFetch(path)
