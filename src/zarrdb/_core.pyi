@@ -168,7 +168,7 @@ class RemoteFile:
         size: int,
         fetch: Callable[[int, int], Buffer],
         *,
-        block_size: int = 262144,
+        block_size: int = 1048576,
         cache_size: int = 67108864,
         readahead: int = 16777216,
         head: Buffer | None = None,

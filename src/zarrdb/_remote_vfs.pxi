@@ -105,7 +105,7 @@ cdef class RemoteFile:
     def __cinit__(self):
         self.source = NULL
 
-    def __init__(self, url, size, fetch, *, block_size=262144, cache_size=64 << 20,
+    def __init__(self, url, size, fetch, *, block_size=1 << 20, cache_size=64 << 20,
                  readahead=16 << 20, head=None):
         cdef const unsigned char[:] initial
         if self.source != NULL:

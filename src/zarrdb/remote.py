@@ -98,7 +98,7 @@ def _obstore():
         import obstore
     except ImportError:
         raise ImportError(
-            'reading .zarrdb files from object storage or HTTP needs obstore: '
+            "reading .zarrdb files from object storage or HTTP needs obstore: "
             'pip install "zarrdb[remote]"'
         ) from None
     return obstore
@@ -116,7 +116,7 @@ class BlockCache:
     """
 
     size: int = 64 * MIB
-    block_size: int = 256 * KIB
+    block_size: int = 1 * MIB
     readahead: int = 16 * MIB
     first_read: int = 1 * MIB
 
@@ -124,10 +124,13 @@ class BlockCache:
         for name in ("size", "block_size", "readahead", "first_read"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"block_cache {name} must be a positive number of bytes, not {value!r}")
+                raise ValueError(
+                    f"block_cache {name} must be a positive number of bytes, not {value!r}"
+                )
         if self.size < self.block_size:
             raise ValueError(
-                f"block_cache size ({self.size:,}) must hold at least one block ({self.block_size:,})"
+                f"block_cache size ({self.size:,}) must hold at least one block "
+                f"({self.block_size:,})"
             )
 
     @classmethod
@@ -188,7 +191,9 @@ class RemoteLocation:
         self.storage_options = dict(storage_options or {})
         if url is not None:
             if not is_url(url):
-                raise ValueError(f"{url!r} is not a URL zarrdb reads remotely ({', '.join(SCHEMES)})")
+                raise ValueError(
+                    f"{url!r} is not a URL zarrdb reads remotely ({', '.join(SCHEMES)})"
+                )
             self.base, self.path = _split(url)
             self.url = url
             self._store = None
@@ -276,14 +281,17 @@ class RemoteObject:
         self._store = location.object_store()
         self._changed = (obstore.exceptions.PreconditionError, FileNotFoundError)
         try:
-            result = obstore.get(self._store, location.path, options={"range": (0, cache.first_read)})
+            result = obstore.get(
+                self._store, location.path, options={"range": (0, cache.first_read)}
+            )
             head = result.bytes()
         except FileNotFoundError:
             raise FileNotFoundError(f"no such SQLiteStore file: {self.url!r}") from None
         except Exception as exc:
             raise errors.RemoteReadError(
                 f"cannot open {self.url!r}: {_first_line(exc)}",
-                code=10, filename=self.url,
+                code=10,
+                filename=self.url,
             ) from exc
         meta = result.meta
         self.size: int = int(meta["size"])
@@ -294,7 +302,8 @@ class RemoteObject:
             raise errors.RemoteFileChangedError(
                 f"{self.url!r} changed since the store was opened elsewhere (ETag {expect_etag} "
                 f"then, {self.etag} now); open the store again to read the new version",
-                code=10, filename=self.url,
+                code=10,
+                filename=self.url,
             )
         _check_header(bytes(memoryview(head)[:100]), self.url)
         self.file = RemoteFile(
@@ -321,7 +330,9 @@ class RemoteObject:
             raise errors.RemoteReadError(
                 f"cannot read bytes {offset:,} to {offset + length - 1:,} of {self.url!r}: "
                 f"{_first_line(exc)}",
-                code=10, extended_code=266, filename=self.url,  # SQLITE_IOERR_READ
+                code=10,
+                extended_code=266,
+                filename=self.url,  # SQLITE_IOERR_READ
             ) from exc
         # Servers that ignore If-Match (or send no ETag) still say which version they sent.
         meta = result.meta
@@ -337,7 +348,9 @@ class RemoteObject:
         return errors.RemoteFileChangedError(
             f"{self.url!r} was replaced or removed after it was opened (ETag {self.etag}); "
             "nothing of the new version was read. Open the store again to read the new version",
-            code=10, extended_code=266, filename=self.url,
+            code=10,
+            extended_code=266,
+            filename=self.url,
         )
 
     def connect(self, *, cache_size: int | None = None) -> RemoteDatabase:
@@ -400,7 +413,8 @@ def _check_header(header: bytes, url: str) -> None:
     if header[:16] != _SQLITE_MAGIC:
         raise errors.NotADatabaseError(
             f"{url!r} is not an SQLite database (is this a .zarrdb file?)",
-            code=26, filename=url,
+            code=26,
+            filename=url,
         )
     if len(header) >= 20 and (header[18] == 2 or header[19] == 2):
         raise errors.UnclosedFileError(
@@ -453,4 +467,3 @@ def download(
             os.remove(target)
         raise
     return written
-

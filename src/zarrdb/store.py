@@ -820,7 +820,9 @@ class SQLiteStore(Store):
     def with_read_only(self, read_only: bool = False) -> SQLiteStore:
         opts = dict(self._options)
         if self._remote is not None:
-            return type(self)(self._remote, read_only=read_only, block_cache=self._block_cache, **opts)
+            return type(self)(
+                self._remote, read_only=read_only, block_cache=self._block_cache, **opts
+            )
         return type(self)(self.path, read_only=read_only, **opts)
 
     def __eq__(self, other: object) -> bool:
@@ -859,7 +861,10 @@ class SQLiteStore(Store):
             self.__init__(state["path"], read_only=state["read_only"], **state["options"])  # type: ignore[misc]
             return
         self.__init__(  # type: ignore[misc]
-            remote["location"], read_only=True, block_cache=remote["block_cache"], **state["options"]
+            remote["location"],
+            read_only=True,
+            block_cache=remote["block_cache"],
+            **state["options"],
         )
         self._expect_etag = remote["etag"]
 

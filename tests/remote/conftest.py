@@ -63,7 +63,9 @@ def field(shape=SHAPE, seed=0) -> np.ndarray:
     return np.random.default_rng(seed).random(shape, dtype="f4")
 
 
-def write_hierarchy(path: Path, *, seed: int = 0, page_size: int | None = None) -> dict[str, np.ndarray]:
+def write_hierarchy(
+    path: Path, *, seed: int = 0, page_size: int | None = None
+) -> dict[str, np.ndarray]:
     """A closed .zarrdb at `path`: a group with an array of small chunks ("plain") and a sharded
     one ("sharded") of the same data, plus an attribute; returns the arrays written."""
     data = field(seed=seed)

@@ -72,12 +72,18 @@ class _CountingApp:
         self.traffic = traffic
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
-        request = Request(environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), environ.get("HTTP_RANGE"))
+        request = Request(
+            environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), environ.get("HTTP_RANGE")
+        )
         self.traffic.add(request)
 
         def start(status: str, headers: Any, exc_info: Any = None) -> Any:
             request.status = int(status.split()[0])
-            return start_response(status, headers, exc_info) if exc_info else start_response(status, headers)
+            return (
+                start_response(status, headers, exc_info)
+                if exc_info
+                else start_response(status, headers)
+            )
 
         for chunk in self.app(environ, start):
             request.sent += len(chunk)
@@ -217,7 +223,9 @@ class HTTPServer:
     async def _handle(self, request: Any) -> Any:
         from aiohttp import web
 
-        record = Request(request.method, "/" + request.match_info["path"], request.headers.get("Range"))
+        record = Request(
+            request.method, "/" + request.match_info["path"], request.headers.get("Range")
+        )
         self.traffic.add(record)
         if self.delay:
             await asyncio.sleep(self.delay)

@@ -29,13 +29,16 @@ def test_two_worker_processes_reduce_a_remote_array(s3, hierarchy_file):
     store = SQLiteStore(
         f"s3://{bucket}/cluster/data.zarrdb", read_only=True, storage_options=server.storage_options
     )
-    with distributed.LocalCluster(
-        processes=True,
-        n_workers=2,
-        threads_per_worker=2,
-        dashboard_address=None,
-        silence_logs=logging.ERROR,
-    ) as cluster, distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            processes=True,
+            n_workers=2,
+            threads_per_worker=2,
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         client.wait_for_workers(2, timeout=120)
         for name in ("plain", "sharded"):
             remote_array = da.from_zarr(zarr.open_array(store, path=name, mode="r"))

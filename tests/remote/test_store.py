@@ -52,13 +52,18 @@ def publish(kind, s3, http, data: bytes, name: str = "data.zarrdb") -> Published
         server.put(bucket, key, data)
         server.traffic.reset()
         return Published(
-            kind, server, f"s3://{bucket}/{key}", server.storage_options,
+            kind,
+            server,
+            f"s3://{bucket}/{key}",
+            server.storage_options,
             lambda new: server.put(bucket, key, new),
         )
     http.put(f"files/{name}", data)
     http.traffic.reset()
     return Published(
-        kind, http, f"{http.url}files/{name}",
+        kind,
+        http,
+        f"{http.url}files/{name}",
         {"allow_http": True, "retry_config": {"max_retries": 0}},
         lambda new: http.put(f"files/{name}", new),
     )
@@ -115,7 +120,9 @@ def test_a_full_read_takes_far_fewer_requests_than_chunks(published, hierarchy_f
     data, arrays = hierarchy_file
     nchunks = (SHAPE[0] // CHUNKS[0]) * (SHAPE[1] // CHUNKS[1])
     with published.open(block_cache={"first_read": 16 * KIB, "block_size": 16 * KIB}) as store:
-        np.testing.assert_array_equal(zarr.open_array(store, path="plain", mode="r")[:], arrays["plain"])
+        np.testing.assert_array_equal(
+            zarr.open_array(store, path="plain", mode="r")[:], arrays["plain"]
+        )
     assert published.reads() <= nchunks // 4
     assert published.traffic.bytes_sent() <= 1.1 * len(data)
 
@@ -133,7 +140,9 @@ def test_many_threads_read_at_once_through_one_block_cache(published, hierarchy_
             barrier.wait(10)
             for i in range(6):
                 r, c = (t * 29 + i * 41) % 200, (t * 17 + i * 23) % 200
-                np.testing.assert_array_equal(arr[r : r + 50, c : c + 50], expected[r : r + 50, c : c + 50])
+                np.testing.assert_array_equal(
+                    arr[r : r + 50, c : c + 50], expected[r : r + 50, c : c + 50]
+                )
                 key = f"c/{(t + i) % 8}/{(t * i) % 8}"
                 assert store.get_sync(f"plain/{key}") is not None
         except BaseException as exc:  # reported below
@@ -210,7 +219,9 @@ def test_a_foreign_sqlite_file_is_refused_as_locally(s3, http, tmp_path):
 
 
 @pytest.mark.parametrize("ignore_if_match", [False, True])
-def test_a_file_replaced_while_open_raises_on_the_next_request(s3, http, hierarchy_file, tmp_path, ignore_if_match):
+def test_a_file_replaced_while_open_raises_on_the_next_request(
+    s3, http, hierarchy_file, tmp_path, ignore_if_match
+):
     data, arrays = hierarchy_file
     kind = "http" if ignore_if_match else "s3"
     target = publish(kind, s3, http, data)
@@ -254,14 +265,18 @@ def test_an_unreachable_server_is_a_remote_read_error():
         read_only=True,
         storage_options={"allow_http": True, "retry_config": {"max_retries": 0}},
     )
-    with pytest.raises(errors.RemoteReadError, match="cannot open 'http://127.0.0.1:9/data.zarrdb'"):
+    with pytest.raises(
+        errors.RemoteReadError, match="cannot open 'http://127.0.0.1:9/data.zarrdb'"
+    ):
         store.ensure_open()
 
 
 # --- processes, copies, information ---------------------------------------------------------
 
 
-def test_a_remote_store_pickles_as_its_url_and_options_and_version(published, hierarchy_file, tmp_path):
+def test_a_remote_store_pickles_as_its_url_and_options_and_version(
+    published, hierarchy_file, tmp_path
+):
     _, arrays = hierarchy_file
     store = published.open(block_cache={"block_size": 64 * KIB})
     store.ensure_open()
@@ -269,7 +284,9 @@ def test_a_remote_store_pickles_as_its_url_and_options_and_version(published, hi
     assert state["path"] == published.url
     clone = pickle.loads(pickle.dumps(store))
     assert clone == store and clone.read_only
-    np.testing.assert_array_equal(zarr.open_array(clone, path="plain", mode="r")[:], arrays["plain"])
+    np.testing.assert_array_equal(
+        zarr.open_array(clone, path="plain", mode="r")[:], arrays["plain"]
+    )
     # A copy made before the file changed does not read the new version (in a new process,
     # which has not got the old version cached).
     later = pickle.loads(pickle.dumps(store))
@@ -286,15 +303,21 @@ def test_a_remote_store_pickles_as_its_url_and_options_and_version(published, hi
 def test_stores_of_one_version_share_the_block_cache(published, hierarchy_file):
     _, arrays = hierarchy_file
     store = published.open()
-    np.testing.assert_array_equal(zarr.open_array(store, path="plain", mode="r")[:], arrays["plain"])
+    np.testing.assert_array_equal(
+        zarr.open_array(store, path="plain", mode="r")[:], arrays["plain"]
+    )
     before = published.reads()
     # Unpickled (as a dask task does): the version is known, the blocks are cached.
     clone = pickle.loads(pickle.dumps(store))
-    np.testing.assert_array_equal(zarr.open_array(clone, path="plain", mode="r")[:], arrays["plain"])
+    np.testing.assert_array_equal(
+        zarr.open_array(clone, path="plain", mode="r")[:], arrays["plain"]
+    )
     assert published.reads() == before
     # Opened anew: one request finds the version unchanged, and the cache serves the rest.
     again = published.open()
-    np.testing.assert_array_equal(zarr.open_array(again, path="plain", mode="r")[:], arrays["plain"])
+    np.testing.assert_array_equal(
+        zarr.open_array(again, path="plain", mode="r")[:], arrays["plain"]
+    )
     assert published.reads() == before + 1
     # Another block cache configuration is another cache.
     other = published.open(block_cache={"block_size": 32 * KIB})
@@ -311,9 +334,13 @@ def test_from_object_store(s3, hierarchy_file):
     obstore_store = server.object_store(bucket, prefix="deep")
     store = SQLiteStore.from_object_store(obstore_store, "in/data.zarrdb")
     assert store.path == f"s3://{bucket}/deep/in/data.zarrdb"
-    np.testing.assert_array_equal(zarr.open_array(store, path="sharded", mode="r")[:], arrays["sharded"])
+    np.testing.assert_array_equal(
+        zarr.open_array(store, path="sharded", mode="r")[:], arrays["sharded"]
+    )
     clone = pickle.loads(pickle.dumps(store))
-    np.testing.assert_array_equal(zarr.open_array(clone, path="plain", mode="r")[:9], arrays["plain"][:9])
+    np.testing.assert_array_equal(
+        zarr.open_array(clone, path="plain", mode="r")[:9], arrays["plain"][:9]
+    )
     store.close()
     clone.close()
 
@@ -330,20 +357,57 @@ def test_file_info_and_key_sizes(published, hierarchy_file):
     assert len(sizes) == 65 and sizes[0][0] == "plain/c/0/0"
 
 
+def test_every_key_copied_to_a_local_directory(published, tmp_path):
+    """What a copy of the hierarchy does: list the keys with their sizes, read the values in
+    batches, write them elsewhere."""
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.storage import LocalStore
+
+    prototype = default_buffer_prototype()
+    dest = LocalStore(tmp_path / "copy.zarr")
+
+    async def copy(source: SQLiteStore) -> int:
+        listing = source.key_sizes("")
+        for start in range(0, len(listing), 16):
+            batch = [key for key, _ in listing[start : start + 16]]
+            values = await source.get_partial_values(prototype, [(key, None) for key in batch])
+            for key, value in zip(batch, values, strict=True):
+                await dest.set(key, value)
+        return len(listing)
+
+    with published.open() as store:
+        copied = zarr.core.sync.sync(copy(store))
+        assert store.check() == []  # SQLite's integrity check, through the remote file
+        original = zarr.open_group(store, mode="r")
+        copy_group = zarr.open_group(dest, mode="r")
+        assert copied == 3 + 64 + 4
+        for name in ("plain", "sharded"):
+            np.testing.assert_array_equal(copy_group[name][:], original[name][:])
+        assert dict(copy_group.attrs) == dict(original.attrs)
+
+
 def test_copies_to_a_local_file(published, hierarchy_file, tmp_path):
     data, arrays = hierarchy_file
     # byte for byte
-    copied = remote.download(published.url, tmp_path / "copy.zarrdb",
-                             storage_options=published.storage_options, chunk_size=100 * KIB)
+    copied = remote.download(
+        published.url,
+        tmp_path / "copy.zarrdb",
+        storage_options=published.storage_options,
+        chunk_size=100 * KIB,
+    )
     assert copied == len(data)
     assert (tmp_path / "copy.zarrdb").read_bytes() == data
     with pytest.raises(FileExistsError):
-        remote.download(published.url, tmp_path / "copy.zarrdb", storage_options=published.storage_options)
+        remote.download(
+            published.url, tmp_path / "copy.zarrdb", storage_options=published.storage_options
+        )
     # page by page, through SQLite's backup
     with published.open() as store:
         store.backup(tmp_path / "backup.zarrdb")
     with SQLiteStore(tmp_path / "backup.zarrdb", read_only=True) as local:
-        np.testing.assert_array_equal(zarr.open_array(local, path="plain", mode="r")[:], arrays["plain"])
+        np.testing.assert_array_equal(
+            zarr.open_array(local, path="plain", mode="r")[:], arrays["plain"]
+        )
         assert local.check() == []
 
 
@@ -353,7 +417,9 @@ def test_a_failed_download_leaves_nothing(s3, http, hierarchy_file, tmp_path):
     http.fail_from_offset = 200 * KIB  # the opening request and the first chunk pass
     dest = tmp_path / "partial.zarrdb"
     with pytest.raises(errors.RemoteReadError, match="500"):
-        remote.download(target.url, dest, storage_options=target.storage_options, chunk_size=200 * KIB)
+        remote.download(
+            target.url, dest, storage_options=target.storage_options, chunk_size=200 * KIB
+        )
     assert not dest.exists()
     assert [r.status for r in http.traffic.reads()] == [206, 206, 500]
 
@@ -365,9 +431,15 @@ def test_store_kinds_by_scheme():
     import obstore.store as obs
 
     cases = {
-        "s3://bucket/dir/data.zarrdb": ({"region": "eu-west-1", "skip_signature": True}, obs.S3Store),
+        "s3://bucket/dir/data.zarrdb": (
+            {"region": "eu-west-1", "skip_signature": True},
+            obs.S3Store,
+        ),
         "gs://bucket/dir/data.zarrdb": ({"skip_signature": True}, obs.GCSStore),
-        "az://container/dir/data.zarrdb": ({"account_name": "acct", "skip_signature": True}, obs.AzureStore),
+        "az://container/dir/data.zarrdb": (
+            {"account_name": "acct", "skip_signature": True},
+            obs.AzureStore,
+        ),
         "https://example.org/files/data.zarrdb": ({"timeout": "5s"}, obs.HTTPStore),
     }
     for url, (options, kind) in cases.items():
@@ -393,11 +465,15 @@ def test_bad_urls_and_options():
     with pytest.raises(ValueError, match="at least one block"):
         SQLiteStore("s3://b/x.zarrdb", read_only=True, block_cache={"size": 1024})
     with pytest.raises(ValueError, match="obstore cannot make a store"):
-        remote.RemoteLocation("s3://b/x.zarrdb", storage_options={"no_such_option": 1}).object_store()
+        remote.RemoteLocation(
+            "s3://b/x.zarrdb", storage_options={"no_such_option": 1}
+        ).object_store()
     assert remote.is_url("S3://bucket/x.zarrdb") and remote.is_url("https://h/x")
     assert not remote.is_url("file:///tmp/x.zarrdb") and not remote.is_url("data.zarrdb")
     assert remote.parse_options(["region=eu-west-1", "allow_http=true", "timeout = 5s"]) == {
-        "region": "eu-west-1", "allow_http": True, "timeout": "5s",
+        "region": "eu-west-1",
+        "allow_http": True,
+        "timeout": "5s",
     }
     with pytest.raises(ValueError, match="KEY=VALUE"):
         remote.parse_options(["region"])

@@ -17,6 +17,7 @@ from zarrdb._core import Database, RemoteDatabase, RemoteFile
 from .conftest import write_hierarchy
 
 KIB = 1024
+WHOLE_FILE = 1 << 40  # as `head`: hand over the whole file at open
 
 
 class FileFetch:
@@ -39,6 +40,20 @@ class FileFetch:
         if failure is not None:
             raise failure
         return self.data[offset : offset + length]
+
+
+def remote_file(path, *, head: int | None = None, **options) -> tuple[FileFetch, RemoteFile]:
+    """A RemoteFile on the file at `path` read through a FileFetch; `head`: how many bytes
+    from the start are handed over at open."""
+    fetch = FileFetch(path)
+    initial = None if head is None else fetch.data[:head]
+    return fetch, RemoteFile("test://x", len(fetch.data), fetch, head=initial, **options)
+
+
+def wait_until(condition, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +90,7 @@ def test_reads_equal_the_local_file(small_pages):
 
 def test_bytes_given_at_open_are_not_fetched_again(small_pages):
     path, _ = small_pages
-    fetch = FileFetch(path)
-    remote = RemoteFile("test://x", len(fetch.data), fetch, block_size=4 * KIB, head=fetch.data)
+    fetch, remote = remote_file(path, block_size=4 * KIB, head=WHOLE_FILE)
     db = RemoteDatabase(remote)
     assert len(db.list_keys()) > 10
     assert fetch.calls == []
@@ -86,8 +100,7 @@ def test_bytes_given_at_open_are_not_fetched_again(small_pages):
 
 def test_a_read_over_several_absent_blocks_is_one_request(small_pages):
     path, _ = small_pages
-    fetch = FileFetch(path)
-    remote = RemoteFile("test://x", len(fetch.data), fetch, block_size=512)
+    fetch, remote = remote_file(path, block_size=512)
     db = RemoteDatabase(remote)  # SQLite reads whole 4 KiB pages: eight blocks each
     db.list_keys()
     # First the header's 100 bytes (one block), then the rest of page 1 in one request.
@@ -100,9 +113,7 @@ def test_a_read_over_several_absent_blocks_is_one_request(small_pages):
 @pytest.mark.parametrize("readahead", [16 * KIB, 1024 * KIB])
 def test_sequential_reads_grow_the_requests_up_to_the_readahead(small_pages, readahead):
     path, _ = small_pages
-    fetch = FileFetch(path)
-    remote = RemoteFile("test://x", len(fetch.data), fetch, block_size=4 * KIB,
-                        readahead=readahead, head=fetch.data[: 16 * KIB])
+    fetch, remote = remote_file(path, block_size=4 * KIB, readahead=readahead, head=16 * KIB)
     db = RemoteDatabase(remote)
     # A shard of 128x128 float32 is 64 KiB: a chain of 17 overflow pages of 4 KiB, in order.
     value = db.get("sharded/c/1/1")
@@ -121,16 +132,16 @@ def test_sequential_reads_grow_the_requests_up_to_the_readahead(small_pages, rea
 def test_values_read_in_file_order_either_way_grow_the_requests(small_pages, order):
     path, _ = small_pages
     with Database(path, mode="r") as local:
-        keys = [k for (k,) in local.execute("SELECT k FROM zarr WHERE k >= 'plain/c/' ORDER BY rowid")]
+        keys = [
+            k for (k,) in local.execute("SELECT k FROM zarr WHERE k >= 'plain/c/' ORDER BY rowid")
+        ]
         expected = {k: local.get(k) for k in keys}
     keys = keys[:60]  # 32x32 float32 chunks: one page and a bit each
     if order == "backwards":
         keys.reverse()
     elif order == "shuffled":
         keys = [keys[(i * 37) % len(keys)] for i in range(len(keys))]
-    fetch = FileFetch(path)
-    remote = RemoteFile("test://x", len(fetch.data), fetch, block_size=4 * KIB,
-                        readahead=256 * KIB, head=fetch.data[: 32 * KIB])
+    fetch, remote = remote_file(path, block_size=4 * KIB, readahead=256 * KIB, head=32 * KIB)
     db = RemoteDatabase(remote)
     db.list_keys()  # the index, so that what follows fetches the values only
     fetch.calls.clear()
@@ -146,10 +157,8 @@ def test_values_read_in_file_order_either_way_grow_the_requests(small_pages, ord
 
 def test_the_cache_keeps_the_most_recently_used_blocks_within_its_size(small_pages):
     path, _ = small_pages
-    fetch = FileFetch(path)
     size = 32 * KIB
-    remote = RemoteFile("test://x", len(fetch.data), fetch, block_size=4 * KIB,
-                        cache_size=size, readahead=4 * KIB)
+    fetch, remote = remote_file(path, block_size=4 * KIB, cache_size=size, readahead=4 * KIB)
     db = RemoteDatabase(remote, cache_size=0)  # no SQLite page cache in between
     with Database(path, mode="r") as local:
         assert every_value(db) == every_value(local)
@@ -165,9 +174,7 @@ def test_the_cache_keeps_the_most_recently_used_blocks_within_its_size(small_pag
 
 def test_one_fetch_serves_every_thread_waiting_for_the_same_blocks(small_pages):
     path, arrays = small_pages
-    fetch = FileFetch(path)
-    remote = RemoteFile("test://x", len(fetch.data), fetch, block_size=64 * KIB,
-                        head=fetch.data[: 64 * KIB])
+    fetch, remote = remote_file(path, block_size=64 * KIB, head=64 * KIB)
     nthreads = 8
     dbs = [RemoteDatabase(remote) for _ in range(nthreads)]
     fetch.gate = threading.Event()
@@ -183,9 +190,7 @@ def test_one_fetch_serves_every_thread_waiting_for_the_same_blocks(small_pages):
     threads = [threading.Thread(target=read, args=(i,)) for i in range(nthreads)]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 10
-    while remote.stats()["waits"] < nthreads - 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: remote.stats()["waits"] >= nthreads - 1)
     waits_before_gate = remote.stats()["waits"]
     fetch.gate.set()
     for t in threads:
@@ -204,9 +209,7 @@ def test_one_fetch_serves_every_thread_waiting_for_the_same_blocks(small_pages):
 
 def test_a_fetch_under_way_holds_up_neither_the_gil_nor_cached_reads(small_pages):
     path, _ = small_pages
-    fetch = FileFetch(path)
-    remote = RemoteFile("test://x", len(fetch.data), fetch, block_size=4 * KIB,
-                        head=fetch.data)
+    fetch, remote = remote_file(path, block_size=4 * KIB, head=WHOLE_FILE)
     slow_remote = RemoteFile("test://y", len(fetch.data), fetch, block_size=4 * KIB)
     fetch.gate = threading.Event()
     slow = RemoteDatabase.__new__(RemoteDatabase)
@@ -218,9 +221,7 @@ def test_a_fetch_under_way_holds_up_neither_the_gil_nor_cached_reads(small_pages
 
     t = threading.Thread(target=open_slow)
     t.start()
-    deadline = time.monotonic() + 10
-    while not fetch.calls and time.monotonic() < deadline:
-        time.sleep(0.005)
+    wait_until(lambda: bool(fetch.calls))
     assert fetch.calls, "the slow open never fetched"
     # Meanwhile: Python runs, and another connection reads from its cache.
     fast = RemoteDatabase(remote)
@@ -235,9 +236,7 @@ def test_a_fetch_under_way_holds_up_neither_the_gil_nor_cached_reads(small_pages
 
 def test_a_failing_fetch_raises_a_zarrdb_error_and_the_next_read_recovers(small_pages):
     path, _ = small_pages
-    fetch = FileFetch(path)
-    remote = RemoteFile("test://x", len(fetch.data), fetch, block_size=4 * KIB,
-                        head=fetch.data[: 16 * KIB])
+    fetch, remote = remote_file(path, block_size=4 * KIB, head=16 * KIB)
     db = RemoteDatabase(remote)
     cause = ConnectionResetError("connection reset by peer")
     fetch.fail.append(cause)
@@ -254,9 +253,7 @@ def test_a_failing_fetch_raises_a_zarrdb_error_and_the_next_read_recovers(small_
 
 def test_a_zarrdb_error_from_the_fetch_reaches_the_caller_as_it_is(small_pages):
     path, _ = small_pages
-    fetch = FileFetch(path)
-    remote = RemoteFile("test://x", len(fetch.data), fetch, block_size=4 * KIB,
-                        head=fetch.data[: 16 * KIB])
+    fetch, remote = remote_file(path, block_size=4 * KIB, head=16 * KIB)
     db = RemoteDatabase(remote)
     changed = errors.RemoteFileChangedError("test://x changed", code=10, filename="test://x")
     fetch.fail.append(changed)
@@ -268,8 +265,7 @@ def test_a_zarrdb_error_from_the_fetch_reaches_the_caller_as_it_is(small_pages):
 
 def test_waiters_for_a_failed_fetch_fetch_again_themselves(small_pages):
     path, _ = small_pages
-    fetch = FileFetch(path)
-    remote = RemoteFile("test://x", len(fetch.data), fetch, block_size=4 * KIB, head=fetch.data[:4096])
+    fetch, remote = remote_file(path, block_size=4 * KIB, head=4096)
     fetch.fail.append(TimeoutError("slow server"))
     fetch.gate = threading.Event()
     dbs = [RemoteDatabase.__new__(RemoteDatabase) for _ in range(4)]
@@ -285,9 +281,7 @@ def test_waiters_for_a_failed_fetch_fetch_again_themselves(small_pages):
     threads = [threading.Thread(target=open_and_list, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 10
-    while remote.stats()["waits"] < 3 and time.monotonic() < deadline:
-        time.sleep(0.005)
+    wait_until(lambda: remote.stats()["waits"] >= 3)
     fetch.gate.set()
     for t in threads:
         t.join(10)
@@ -303,16 +297,21 @@ def test_waiters_for_a_failed_fetch_fetch_again_themselves(small_pages):
 def test_a_short_answer_is_an_error_not_a_short_page(small_pages):
     path, _ = small_pages
     data = open(path, "rb").read()
-    remote = RemoteFile("test://x", len(data), lambda offset, n: data[offset : offset + n - 1],
-                        block_size=4 * KIB, head=data[:4096])
+    remote = RemoteFile(
+        "test://x",
+        len(data),
+        lambda offset, n: data[offset : offset + n - 1],
+        block_size=4 * KIB,
+        head=data[:4096],
+    )
     with pytest.raises(errors.DiskIOError, match="shorter than when it was opened"):
         RemoteDatabase(remote).list_keys()
 
 
 def test_writes_are_refused(small_pages):
     path, _ = small_pages
-    fetch = FileFetch(path)
-    db = RemoteDatabase(RemoteFile("test://x", len(fetch.data), fetch, head=fetch.data))
+    _, remote = remote_file(path, head=WHOLE_FILE)
+    db = RemoteDatabase(remote)
     with pytest.raises(errors.ReadOnlyError):
         db.set("a/zarr.json", b"{}")
     assert db.get("a/zarr.json") is None
@@ -321,8 +320,7 @@ def test_writes_are_refused(small_pages):
 
 def test_the_connection_keeps_its_file_alive(small_pages):
     path, _ = small_pages
-    fetch = FileFetch(path)
-    db = RemoteDatabase(RemoteFile("test://x", len(fetch.data), fetch, block_size=4 * KIB))
+    db = RemoteDatabase(remote_file(path, block_size=4 * KIB)[1])
     gc.collect()
     with Database(path, mode="r") as local:
         assert every_value(db) == every_value(local)
@@ -350,8 +348,7 @@ def test_a_file_used_in_a_child_after_fork_is_refused_there_and_a_new_one_works(
     from core.helpers import run_in_child  # tests/ is on sys.path (pytest's rootdir)
 
     path, _ = small_pages
-    fetch = FileFetch(path)
-    remote = RemoteFile("test://x", len(fetch.data), fetch, block_size=4 * KIB)
+    fetch, remote = remote_file(path, block_size=4 * KIB)
     db = RemoteDatabase(remote)
     expected = len(db.list_keys())
 
