@@ -1,7 +1,7 @@
 """Reading a .zarrdb from S3 by byte ranges, against zarr's ObjectStore on the same data (issue 14).
 
     python benchmarks/remote.py [--size 4096] [--repeat 3] [--windows 100] [--no-dask]
-                                [--markdown FILE] [--json FILE]
+                                [--block-size BYTES] [--markdown FILE] [--json FILE]
 
 One moto S3 server on 127.0.0.1 (the counting server of tests/remote/servers.py) holds, in one
 bucket, the same hierarchy twice:
@@ -71,9 +71,10 @@ def write_group(store: Any, data: np.ndarray, shard: int) -> None:
 
 
 class Bench:
-    def __init__(self, server: S3Server, bucket: str) -> None:
+    def __init__(self, server: S3Server, bucket: str, block_cache: BlockCache) -> None:
         self.server = server
         self.bucket = bucket
+        self.block_cache = block_cache
         self.url = f"s3://{bucket}/bench/data.zarrdb"
         self.rows: list[dict[str, Any]] = []
 
@@ -82,7 +83,12 @@ class Bench:
     def zarrdb(self) -> SQLiteStore:
         """A newly opened store with a cold block cache (none kept from earlier stores)."""
         remote.release_caches()
-        return SQLiteStore(self.url, read_only=True, storage_options=self.server.storage_options)
+        return SQLiteStore(
+            self.url,
+            read_only=True,
+            storage_options=self.server.storage_options,
+            block_cache=self.block_cache,
+        )
 
     def object_store(self) -> Any:
         from zarr.storage import ObjectStore
@@ -222,7 +228,7 @@ class Bench:
                 times.append(time.perf_counter() - start)
             return statistics.median(times) * 1e3
 
-        block = BlockCache().block_size
+        block = self.block_cache.block_size
         file_ms = median_ms("data.zarrdb", {"range": (block, 2 * block)})
         chunk_ms = median_ms("data.zarr/small/c/0/0", {})
         self.row(
@@ -240,7 +246,7 @@ class Bench:
             expected = float(
                 np.asarray(zarr.open_array(local, path="small", mode="r")[:], "f8").sum()
             )
-        store = self.zarrdb()
+        result = {}
         with (
             LocalCluster(
                 n_workers=2,
@@ -252,16 +258,18 @@ class Bench:
             Client(cluster) as client,
         ):
             client.wait_for_workers(2, timeout=120)
-            arr = da.from_zarr(zarr.open_array(store, path="small", mode="r"))
-            start = time.perf_counter()
-            total = float(arr.astype("f8").sum().compute())
-            elapsed = time.perf_counter() - start
-        store.close()
+            for name, make in (("zarrdb", self.zarrdb), ("ObjectStore", self.object_store)):
+                store = make()
+                arr = da.from_zarr(zarr.open_array(store, path="small", mode="r"))
+                result[name] = self.counted(lambda: float(arr.astype("f8").sum().compute()))
+                store.close()
+        z_total, z_n, _, z_t = result["zarrdb"]
+        o_total, o_n, _, o_t = result["ObjectStore"]
         self.row(
             "dask LocalCluster, 2 worker processes: sum of `small` equals the local sum",
-            f"{total == expected} ({elapsed:.1f} s)",
-            "-",
-            total == expected,
+            f"{z_total == expected} ({z_t:.1f} s, {z_n} requests)",
+            f"{o_total == expected} ({o_t:.1f} s, {o_n} requests)",
+            z_total == expected,
         )
 
 
@@ -279,6 +287,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="full reads per store (default 3)")
     parser.add_argument("--windows", type=int, default=100, help="random windows (default 100)")
     parser.add_argument("--no-dask", action="store_true", help="leave out the dask cluster")
+    parser.add_argument(
+        "--block-size",
+        type=int,
+        default=BlockCache().block_size,
+        help="zarrdb's block size in bytes (default: BlockCache's)",
+    )
     parser.add_argument("--markdown", type=Path, help="write the table as Markdown here")
     parser.add_argument("--json", type=Path, help="write the rows as JSON here")
     args = parser.parse_args(argv)
@@ -290,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     server = S3Server().start()
     try:
         bucket = server.new_bucket()
-        bench = Bench(server, bucket)
+        bench = Bench(server, bucket, BlockCache(block_size=args.block_size))
         with tempfile.TemporaryDirectory() as tmp:
             local = Path(tmp) / "data.zarrdb"
             write_zarrdb(local, data, shard)
@@ -317,7 +331,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         args.markdown.write_text(table)
     if args.json:
-        args.json.write_text(json.dumps({"size": args.size, "rows": bench.rows}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {"size": args.size, "block_size": args.block_size, "rows": bench.rows}, indent=2
+            )
+        )
     return 0 if all(r["met"] != "NO" for r in bench.rows) else 1
 
 
