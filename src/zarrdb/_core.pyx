@@ -417,7 +417,7 @@ cdef class Database:
         cdef bytes target
         cdef const char* c_target
         cdef bytes vfs_name = None if vfs is None else vfs.encode("utf-8")
-        cdef const char* c_vfs = NULL if vfs_name is None else <const char*>vfs_name
+        cdef const char* c_vfs = NULL
         if self.db != NULL:
             raise _errors.MisuseError("Database.__init__ called twice", code=SQLITE_MISUSE)
         path = os.fspath(path)
@@ -448,6 +448,8 @@ cdef class Database:
         else:
             target = path.encode("utf-8")
         c_target = target
+        if vfs_name is not None:
+            c_vfs = vfs_name
         with nogil:
             rc = sqlite3_open_v2(c_target, &handle, flags, c_vfs)
         if rc != SQLITE_OK:
