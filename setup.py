@@ -93,6 +93,8 @@ extension = Extension(
         "src/zarrdb/_sqlite_amalgamation.h",
         "src/zarrdb/_writer.pxi",
         "src/zarrdb/_zthreads.h",
+        "src/zarrdb/_remote_vfs.pxi",
+        "src/zarrdb/_remote_vfs.h",
     ]
     + ([] if SYSTEM_SQLITE else ["vendor/sqlite3/sqlite3.c", "vendor/sqlite3/sqlite3.h"]),
 )

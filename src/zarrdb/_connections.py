@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from zarrdb import _format, errors
+from zarrdb import remote as _remote
 from zarrdb._core import Database
 from zarrdb._writing import Writing
 
@@ -65,8 +66,20 @@ def _return_reader(conns_ref: weakref.ref, db: Database) -> None:
 class Connections:
     """The connections of one store in one process."""
 
-    def __init__(self, path: str, read_only: bool, options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        path: str,
+        read_only: bool,
+        options: dict[str, Any],
+        remote: tuple[Any, Any, str | None] | None = None,
+    ) -> None:
         self.store_path = path
+        # A remote file: where it is (location, block cache options, the version to expect),
+        # and once open, the file itself (its version pinned, its block cache shared by the
+        # read connections of every thread).
+        self.remote_location, self.block_cache, self.expect_etag = remote or (None, None, None)
+        self.remote: _remote.RemoteObject | None = None
+        self.made_sidecars = False
         self.options = options
         self.read_only = read_only
         self.pid = os.getpid()
@@ -83,7 +96,7 @@ class Connections:
     def open(self) -> None:
         path = self.store_path
         opts = self.options
-        if os.path.isdir(path):
+        if self.remote_location is None and os.path.isdir(path):
             raise errors.CantOpenError(
                 f"{path!r} is a directory; a SQLiteStore is a single file (for a directory "
                 "of chunk files use zarr.storage.LocalStore)",
@@ -128,24 +141,18 @@ class Connections:
     def _open_read_only(self) -> None:
         path = self.store_path
         opts = self.options
-        if not os.path.exists(path):
+        if self.remote_location is None and not os.path.exists(path):
             raise FileNotFoundError(f"no such SQLiteStore file: {path!r}")
         # A file a writer left in WAL mode, without its -wal/-shm files: reading it makes SQLite
         # create them, and a read-only connection cannot remove them. Remember it, to tidy up
         # at close (see _remove_sidecars_we_made).
         self.made_sidecars = (
-            not opts["immutable"]
+            self.remote_location is None
+            and not opts["immutable"]
             and _header_says_wal(path)
             and not any(os.path.exists(path + s) for s in ("-wal", "-shm"))
         )
-        db = Database(
-            path,
-            mode="r",
-            immutable=opts["immutable"],
-            busy_timeout=opts["busy_timeout"],
-            cache_size=opts["cache_size"],
-            mmap_size=opts["mmap_size"],
-        )
+        db = self._open_reader()
         try:
             notes = _format.validate(_format.read_facts(db), path=path, writable=False)
         except BaseException:
@@ -165,19 +172,28 @@ class Connections:
                 if not candidate.closed:
                     db = candidate
         if db is None:
-            opts = self.options
-            db = Database(
-                self.store_path,
-                mode="r" if self.read_only else "w",
-                immutable=opts["immutable"],
-                busy_timeout=opts["busy_timeout"],
-                cache_size=opts["cache_size"],
-                mmap_size=opts["mmap_size"],
-            )
+            db = self._open_reader()
             with self.readers_lock:
                 self.readers.append(db)
         self._lease(db)
         return db
+
+    def _open_reader(self) -> Database:
+        opts = self.options
+        if self.remote_location is not None:
+            if self.remote is None:
+                self.remote = _remote.open_shared(
+                    self.remote_location, self.block_cache, expect_etag=self.expect_etag
+                )
+            return self.remote.connect(cache_size=opts["cache_size"])
+        return Database(
+            self.store_path,
+            mode="r" if self.read_only else "w",
+            immutable=opts["immutable"],
+            busy_timeout=opts["busy_timeout"],
+            cache_size=opts["cache_size"],
+            mmap_size=opts["mmap_size"],
+        )
 
     def _lease(self, db: Database) -> None:
         """Make `db` the calling thread's reader until the thread ends; then it goes back to
@@ -234,7 +250,7 @@ class Connections:
             db.close()
         writing, self.writing = self.writing, None
         if writing is None:
-            if getattr(self, "made_sidecars", False):
+            if self.made_sidecars:
                 _remove_sidecars_we_made(self.store_path)
             return
         writing.close()  # commits everything queued and stops the thread

@@ -1,13 +1,14 @@
 """Type stubs for zarrdb._core, the engine under SQLiteStore (knows nothing of zarr)."""
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
 from typing_extensions import Buffer, Self
 
 BUNDLED_SQLITE: bool
+REMOTE_VFS: str  # "zarrdb-remote", the read-only VFS of RemoteFile
 MAX_VALUE_SIZE: int  # 2_147_483_645, the spec's limit for one value
 
 def _library_info() -> tuple[str, str, tuple[str, ...]]: ...
@@ -45,11 +46,12 @@ class Database:
         synchronous: Literal["off", "normal", "full", "extra"] | None = None,
         journal_mode: Literal["delete", "truncate", "persist", "memory", "wal", "off"]
         | None = None,
+        vfs: str | None = None,
     ) -> None:
         """mode: "r" read-only, "w" read-write (file must exist), "c" read-write, created if
         missing. uri: path is a `file:` URI. immutable: read-only media, no locking (implies
         "r"). busy_timeout in seconds. page_size applies to new files only. cache_size in KiB.
-        mmap_size in bytes (0 = off)."""
+        mmap_size in bytes (0 = off). vfs: the name of an SQLite VFS (default: the OS's)."""
 
     @property
     def path(self) -> str: ...
@@ -145,3 +147,41 @@ class Database:
     def pragma(self, name: str, value: int | str | None = None) -> Any: ...
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
     def executescript(self, sql: str) -> None: ...
+
+
+class RemoteFile:
+    """A database file read by byte ranges: `fetch(offset, length)` returns exactly `length`
+    bytes (any buffer). Its blocks are cached here, least recently used dropped first, and shared
+    by every RemoteDatabase opened on it; sequential reads fetch ahead (runs doubling up to
+    `readahead` bytes), concurrent readers of a block wait for one fetch. `head`: bytes from the
+    start of the file already in hand."""
+
+    url: str
+    name: str  # what sqlite3_open_v2 opens with the REMOTE_VFS
+    fetch: Callable[[int, int], Buffer]
+    size: int
+    block_size: int
+
+    def __init__(
+        self,
+        url: str,
+        size: int,
+        fetch: Callable[[int, int], Buffer],
+        *,
+        block_size: int = 1048576,
+        cache_size: int = 67108864,
+        readahead: int = 16777216,
+        head: Buffer | None = None,
+    ) -> None: ...
+    def stats(self) -> dict[str, int]:
+        """requests, bytes, hits, misses, waits, failures, evictions, cached_bytes."""
+
+class RemoteDatabase(Database):
+    """A read-only Database on a RemoteFile; one per thread. A failed fetch raises what the
+    fetch function raised if it is a zarrdb error, else a RemoteReadError caused by it."""
+
+    source: RemoteFile
+
+    def __init__(
+        self, source: RemoteFile, *, busy_timeout: float = 5.0, cache_size: int | None = None
+    ) -> None: ...

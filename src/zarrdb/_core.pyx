@@ -490,12 +490,15 @@ cdef class Database:
         mmap_size=None,
         synchronous=None,
         journal_mode=None,
+        vfs=None,
     ):
         cdef int flags
         cdef int rc
         cdef sqlite3* handle = NULL
         cdef bytes target
         cdef const char* c_target
+        cdef bytes vfs_name = None if vfs is None else vfs.encode("utf-8")
+        cdef const char* c_vfs = NULL
         if self.db != NULL:
             raise _errors.MisuseError("Database.__init__ called twice", code=SQLITE_MISUSE)
         path = os.fspath(path)
@@ -526,8 +529,10 @@ cdef class Database:
         else:
             target = path.encode("utf-8")
         c_target = target
+        if vfs_name is not None:
+            c_vfs = vfs_name
         with nogil:
-            rc = sqlite3_open_v2(c_target, &handle, flags, NULL)
+            rc = sqlite3_open_v2(c_target, &handle, flags, c_vfs)
         if rc != SQLITE_OK:
             if handle == NULL:
                 raise MemoryError("SQLite could not allocate a connection")
@@ -1750,3 +1755,4 @@ cdef class Database:
 
 
 include "_writer.pxi"
+include "_remote_vfs.pxi"

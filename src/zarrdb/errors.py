@@ -32,6 +32,9 @@ __all__ = [
     "ClosedError",
     "ConcurrentUseError",
     "ForkedProcessError",
+    "RemoteReadError",
+    "RemoteFileChangedError",
+    "UnclosedFileError",
     "sqlite_error",
 ]
 
@@ -110,6 +113,18 @@ class DiskIOError(SQLiteError, OSError):
     """The operating system reported an I/O error (SQLITE_IOERR, SQLITE_NOLFS)."""
 
 
+class RemoteReadError(DiskIOError):
+    """A byte range of a remote file (object storage, HTTP) could not be read: the network, the
+    server, permissions, or a missing object. The original exception is the ``__cause__``.
+    Nothing is cached from a failed read: the same call can be retried."""
+
+
+class RemoteFileChangedError(RemoteReadError):
+    """The remote file was replaced after the store opened it (its ETag or version changed).
+    Nothing of the new version was mixed into what was read; open the store again to read the
+    new version."""
+
+
 class OperationInterruptedError(SQLiteError):
     """The operation was interrupted (SQLITE_INTERRUPT)."""
 
@@ -129,6 +144,12 @@ class UnsupportedVersionError(FormatError):
 
 class IncompatibleFlagError(FormatError):
     """The file declares an incompatible flag this zarrdb does not implement."""
+
+
+class UnclosedFileError(FormatError):
+    """The file is still in WAL mode: the program writing it has not closed it, and part of its
+    data may live in a ``-wal`` file beside it. Close the store (zarrdb leaves a closed file in
+    DELETE mode) before copying or publishing the file."""
 
 
 class InvalidKeyError(ZarrDBError, ValueError):

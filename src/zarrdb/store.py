@@ -15,7 +15,7 @@ import os
 import threading
 import warnings
 import weakref
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -29,6 +29,7 @@ from zarr.abc.store import (
 from zarr.core.buffer import Buffer, BufferPrototype, cpu, default_buffer_prototype
 
 from zarrdb import _format, errors
+from zarrdb import remote as _remote
 from zarrdb._connections import (
     DEFAULT_CACHE_KIB,
     DEFAULT_MMAP_BYTES,
@@ -167,6 +168,12 @@ class SQLiteStore(Store):
         Page cache per connection, in KiB (default 16384).
     mmap_size
         Bytes of the file to memory-map for reads (default 256 MiB; 0 disables).
+    storage_options
+        For a URL (s3://, gs://, az://, http(s)://; read_only=True): obstore's settings for
+        `obstore.store.from_url` (endpoint, region, credentials, allow_http, retry_config, ...).
+    block_cache
+        For a URL: the block cache, a `zarrdb.remote.BlockCache` or a dict of its fields
+        (size, block_size, readahead, first_read).
     journal
         Journal mode while open for writing. "auto" (default): a rollback journal, in which
         pages appended to the file are written once (bulk loads of large chunks and large
@@ -194,13 +201,34 @@ class SQLiteStore(Store):
         cache_size: int | None = None,
         mmap_size: int | None = None,
         journal: Literal["auto", "wal", "delete"] = "auto",
+        storage_options: Mapping[str, Any] | None = None,
+        block_cache: _remote.BlockCache | Mapping[str, int] | None = None,
     ) -> None:
         super().__init__(read_only=read_only or immutable)
         if durability not in _DURABILITY_LEVELS:
             raise ValueError(f"durability must be 'full', 'normal' or 'off', not {durability!r}")
         if journal not in ("auto", "wal", "delete"):
             raise ValueError(f"journal must be 'auto', 'wal' or 'delete', not {journal!r}")
-        self.path = os.path.abspath(os.fspath(path))
+        # A remote file (read-only): a URL, or a RemoteLocation from from_object_store.
+        self._remote: _remote.RemoteLocation | None = None
+        self._block_cache: _remote.BlockCache | None = None
+        self._expect_etag: str | None = None  # the version a pickled remote store was opened at
+        if isinstance(path, _remote.RemoteLocation) or _remote.is_url(path):
+            if not self.read_only:
+                raise ValueError(
+                    f"{str(path)!r} is a remote file: open it with read_only=True (remote "
+                    "files are read-only; write a local file and upload it when closed)"
+                )
+            if isinstance(path, _remote.RemoteLocation):
+                self._remote = path
+            else:
+                self._remote = _remote.RemoteLocation(path, storage_options=storage_options)
+            self._block_cache = _remote.BlockCache.from_options(block_cache)
+            self.path = self._remote.url
+        elif storage_options is not None or block_cache is not None:
+            raise ValueError("storage_options and block_cache apply to remote files (URLs) only")
+        else:
+            self.path = os.path.abspath(os.fspath(path))
         self._options: dict[str, Any] = {
             "durability": durability,
             "page_size": page_size,
@@ -222,6 +250,20 @@ class SQLiteStore(Store):
         await store._open()
         return store
 
+    @classmethod
+    def from_object_store(
+        cls,
+        store: Any,
+        path: str,
+        *,
+        block_cache: _remote.BlockCache | Mapping[str, int] | None = None,
+        cache_size: int | None = None,
+    ) -> SQLiteStore:
+        """A read-only store on the .zarrdb file at `path` in an obstore store (S3Store,
+        GCSStore, AzureStore, HTTPStore, ...); it pickles with the store's configuration."""
+        location = _remote.RemoteLocation(store=store, path=path)
+        return cls(location, read_only=True, block_cache=block_cache, cache_size=cache_size)
+
     async def _open(self) -> None:
         if self._is_open:
             raise ValueError("store is already open")
@@ -232,7 +274,10 @@ class SQLiteStore(Store):
             conns = self._conns
             if conns is not None and conns.pid == os.getpid() and self._is_open and not conns.closed:
                 return conns
-            conns = Connections(self.path, self.read_only, self._options)
+            remote = None
+            if self._remote is not None:
+                remote = (self._remote, self._block_cache, self._expect_etag)
+            conns = Connections(self.path, self.read_only, self._options, remote)
             conns.open()
             self._conns = conns
             self._is_open = True
@@ -279,6 +324,10 @@ class SQLiteStore(Store):
 
     def with_read_only(self, read_only: bool = False) -> SQLiteStore:
         opts = dict(self._options)
+        if self._remote is not None:
+            return type(self)(
+                self._remote, read_only=read_only, block_cache=self._block_cache, **opts
+            )
         return type(self)(self.path, read_only=read_only, **opts)
 
     def __eq__(self, other: object) -> bool:
@@ -298,10 +347,31 @@ class SQLiteStore(Store):
         return f"sqlite://{self.path}"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "read_only": self.read_only, "options": dict(self._options)}
+        state = {"path": self.path, "read_only": self.read_only, "options": dict(self._options)}
+        if self._remote is not None:
+            # A remote store reopens at the version it has open (or was given), so that the
+            # processes reading one array never mix two versions of the file.
+            conns = self._conns
+            opened = conns.remote if conns is not None else None
+            state["remote"] = {
+                "location": self._remote,
+                "block_cache": self._block_cache,
+                "etag": opened.etag if opened is not None else self._expect_etag,
+            }
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], read_only=state["read_only"], **state["options"])  # type: ignore[misc]
+        remote = state.get("remote")
+        if remote is None:
+            self.__init__(state["path"], read_only=state["read_only"], **state["options"])  # type: ignore[misc]
+            return
+        self.__init__(  # type: ignore[misc]
+            remote["location"],
+            read_only=True,
+            block_cache=remote["block_cache"],
+            **state["options"],
+        )
+        self._expect_etag = remote["etag"]
 
     def transaction(self) -> _TransactionContext:
         """Every write to this store inside the block is one atomic commit (rolled back if the
@@ -376,17 +446,25 @@ class SQLiteStore(Store):
         with self._connections().read_connection() as db:
             return db.list_prefix_sizes(prefix)
 
+    def remote_stats(self) -> dict[str, int] | None:
+        """For a remote file: its block cache's counters (requests, bytes fetched, block hits
+        and misses, waits for another thread's request, failures, evictions, cached_bytes);
+        None for a local file."""
+        remote = self._connections().remote
+        return None if remote is None else remote.stats()
+
     def file_info(self) -> dict[str, Any]:
         """Facts about the file: format metadata, SQLite settings, key count and stored bytes."""
         import zarrdb
 
-        with self._connections().read_connection() as db:
+        conns = self._connections()
+        with conns.read_connection() as db:
             facts = _format.read_facts(db)
             page_size = db.pragma("page_size")
             freelist = db.pragma("freelist_count")
             info: dict[str, Any] = {
                 "path": self.path,
-                "file_size": os.path.getsize(self.path),
+                "file_size": conns.remote.size if conns.remote else os.path.getsize(self.path),
                 "format_version": facts.metadata.get("sqlitestore_version"),
                 "created_by": facts.metadata.get("created_by"),
                 "modified_at": facts.metadata.get("modified_at"),

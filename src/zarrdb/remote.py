@@ -1,0 +1,469 @@
+"""Reading a .zarrdb file straight from object storage or a web server, by byte ranges.
+
+    SQLiteStore("s3://bucket/data.zarrdb", read_only=True, storage_options={"region": ...})
+    SQLiteStore.from_object_store(obstore_store, "path/data.zarrdb")
+
+The file is read in place, read-only: SQLite's reads go through the engine's remote VFS to a
+block cache shared by every thread of the store, filled by range requests made with obstore
+(`pip install "zarrdb[remote]"`). The object's ETag (or, without one, its modification time)
+is pinned when the store opens; if the object is replaced meanwhile, the next request fails
+with RemoteFileChangedError instead of mixing two versions.
+
+Everything here is public API for the command line as well: `is_url`, `parse_options`,
+`open_remote` (the checked, opened file) and `download` (a byte-for-byte copy).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import threading
+import urllib.parse
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from zarrdb import errors
+from zarrdb._core import RemoteDatabase, RemoteFile
+
+__all__ = [
+    "SCHEMES",
+    "BlockCache",
+    "RemoteLocation",
+    "RemoteObject",
+    "download",
+    "is_url",
+    "open_remote",
+    "parse_options",
+    "release_caches",
+]
+
+KIB = 1024
+MIB = 1024 * KIB
+
+# URL schemes read through obstore (its from_url knows each of them).
+SCHEMES = ("s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl", "http", "https")
+
+# obstore's HTTP client settings. storage_options may give them beside the store's own settings
+# (as in {"endpoint": ..., "allow_http": True}); they are handed on as client_options.
+_CLIENT_OPTIONS = frozenset(
+    {
+        "allow_http",
+        "allow_invalid_certificates",
+        "connect_timeout",
+        "default_content_type",
+        "default_headers",
+        "pool_idle_timeout",
+        "pool_max_idle_per_host",
+        "proxy_url",
+        "proxy_ca_certificate",
+        "proxy_excludes",
+        "randomize_addresses",
+        "read_timeout",
+        "root_certificate",
+        "timeout",
+        "user_agent",
+    }
+)
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def is_url(path: object) -> bool:
+    """True if `path` is a URL zarrdb reads remotely (s3://, gs://, az://, http(s)://, ...)."""
+    if not isinstance(path, str):
+        return False
+    scheme, sep, _ = path.partition("://")
+    return bool(sep) and scheme.lower() in SCHEMES
+
+
+def parse_options(pairs: Iterable[str]) -> dict[str, Any]:
+    """storage_options from KEY=VALUE strings (as a command line takes them): true/false become
+    booleans, everything else stays text (obstore parses numbers and durations itself)."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"a storage option is KEY=VALUE, not {pair!r}")
+        lowered = value.strip().lower()
+        options[key.strip()] = (
+            True if lowered == "true" else False if lowered == "false" else value.strip()
+        )
+    return options
+
+
+def _obstore():
+    try:
+        import obstore
+    except ImportError:
+        raise ImportError(
+            "reading .zarrdb files from object storage or HTTP needs obstore: "
+            'pip install "zarrdb[remote]"'
+        ) from None
+    return obstore
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockCache:
+    """How a remote file is cached and read; pass a dict of these to SQLiteStore(block_cache=).
+
+    size: bytes of blocks kept in memory, shared by every thread of the store (least recently
+    used dropped first). block_size: the unit of caching and the smallest request. readahead:
+    the longest request a sequential read grows to (each request right after the previous one
+    doubles). first_read: bytes read by the opening request, which holds SQLite's header, the
+    schema and the roots of the tables in a file written by zarrdb.
+    """
+
+    size: int = 64 * MIB
+    block_size: int = 1 * MIB
+    readahead: int = 16 * MIB
+    first_read: int = 1 * MIB
+
+    def __post_init__(self) -> None:
+        for name in ("size", "block_size", "readahead", "first_read"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(
+                    f"block_cache {name} must be a positive number of bytes, not {value!r}"
+                )
+        if self.size < self.block_size:
+            raise ValueError(
+                f"block_cache size ({self.size:,}) must hold at least one block "
+                f"({self.block_size:,})"
+            )
+
+    @classmethod
+    def from_options(cls, value: BlockCache | Mapping[str, int] | None) -> BlockCache:
+        if value is None:
+            return cls()
+        if isinstance(value, BlockCache):
+            return value
+        unknown = set(value) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(
+                f"unknown block_cache option(s) {', '.join(sorted(unknown))}; "
+                "known: size, block_size, readahead, first_read"
+            )
+        return cls(**value)
+
+
+def _split(url: str) -> tuple[str, str]:
+    """('s3://bucket/dir', 'data.zarrdb') from 's3://bucket/dir/data.zarrdb'."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.query or parts.fragment:
+        raise ValueError(f"{url!r}: URLs with a query or a fragment are not supported")
+    base, _, name = url.rpartition("/")
+    if not name or not parts.path.strip("/"):
+        raise ValueError(f"{url!r} names no file (expected e.g. s3://bucket/data.zarrdb)")
+    return base, urllib.parse.unquote(name)
+
+
+def _display(store: Any, path: str) -> str:
+    """A URL-like name of `path` in an obstore store, for messages."""
+    config = getattr(store, "config", None) or {}
+    prefix = getattr(store, "prefix", None)
+    where = "/".join(p for p in (str(prefix).strip("/") if prefix else "", path) if p)
+    schemes = {"S3Store": "s3", "GCSStore": "gs", "AzureStore": "az"}
+    kind = type(store).__name__
+    if kind in schemes:
+        bucket = config.get("bucket") or config.get("container_name") or ""
+        return f"{schemes[kind]}://{bucket}/{where}"
+    if kind == "HTTPStore":
+        return str(store.url).rstrip("/") + "/" + path
+    return f"{store!r}/{path}"
+
+
+class RemoteLocation:
+    """Where a remote .zarrdb file is: a URL with storage_options, or an obstore store and a
+    path in it. Pickles as these (obstore stores pickle as their configuration)."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        store: Any = None,
+        path: str | None = None,
+    ) -> None:
+        if (url is None) == (store is None):
+            raise TypeError("give either a URL or an obstore store and a path")
+        self.storage_options = dict(storage_options or {})
+        if url is not None:
+            if not is_url(url):
+                raise ValueError(
+                    f"{url!r} is not a URL zarrdb reads remotely ({', '.join(SCHEMES)})"
+                )
+            self.base, self.path = _split(url)
+            self.url = url
+            self._store = None
+        else:
+            if not path or not isinstance(path, str):
+                raise ValueError("from_object_store needs the path of the file in the store")
+            self.base = None
+            self.path = path.lstrip("/")
+            self._store = store
+            self.url = _display(store, self.path)
+
+    def object_store(self) -> Any:
+        """The obstore store (made from the URL and storage_options on first use)."""
+        if self._store is None:
+            obstore = _obstore()
+            options = dict(self.storage_options)
+            client = dict(options.pop("client_options", None) or {})
+            for key in list(options):
+                if key in _CLIENT_OPTIONS:
+                    client[key] = options.pop(key)
+            try:
+                self._store = obstore.store.from_url(
+                    self.base, client_options=client or None, **options
+                )
+            except BaseException as exc:  # obstore raises pyo3's PanicException on bad keys
+                if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+                    raise
+                raise ValueError(
+                    f"{self.url!r}: obstore cannot make a store from storage_options "
+                    f"{sorted(self.storage_options)}: {_first_line(exc)}"
+                ) from exc
+        return self._store
+
+    def __getstate__(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"url": self.url, "storage_options": self.storage_options}
+        if self.base is None:
+            state.update(store=self._store, path=self.path)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "store" in state:
+            self.__init__(store=state["store"], path=state["path"])  # type: ignore[misc]
+        else:
+            self.__init__(state["url"], storage_options=state["storage_options"])  # type: ignore[misc]
+
+    def key(self) -> tuple[Any, ...]:
+        """What tells this location from others with the same URL (other endpoints, options)."""
+        if self.base is not None:
+            return (self.url, repr(sorted(self.storage_options.items())))
+        store = self._store
+        return (
+            self.url,
+            type(store).__name__,
+            repr(getattr(store, "config", None)),
+            repr(getattr(store, "client_options", None)),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RemoteLocation) and self.url == other.url
+
+    def __hash__(self) -> int:
+        return hash(self.url)
+
+    def __repr__(self) -> str:
+        return f"RemoteLocation({self.url!r})"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class RemoteObject:
+    """An opened remote file: one request reads its start and its version (ETag), which is
+    pinned; `connect()` gives read connections that share one block cache."""
+
+    def __init__(
+        self, location: RemoteLocation, cache: BlockCache, *, expect_etag: str | None = None
+    ) -> None:
+        obstore = _obstore()
+        self.location = location
+        self.url = location.url
+        self.pid = os.getpid()
+        self._get = obstore.get
+        self._store = location.object_store()
+        self._changed = (obstore.exceptions.PreconditionError, FileNotFoundError)
+        try:
+            result = obstore.get(
+                self._store, location.path, options={"range": (0, cache.first_read)}
+            )
+            head = result.bytes()
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no such SQLiteStore file: {self.url!r}") from None
+        except Exception as exc:
+            raise errors.RemoteReadError(
+                f"cannot open {self.url!r}: {_first_line(exc)}",
+                code=10,
+                filename=self.url,
+            ) from exc
+        meta = result.meta
+        self.size: int = int(meta["size"])
+        self.etag: str | None = meta.get("e_tag")
+        self.version: str | None = meta.get("version")
+        self.last_modified = meta.get("last_modified")
+        if expect_etag is not None and self.etag != expect_etag:
+            raise errors.RemoteFileChangedError(
+                f"{self.url!r} changed since the store was opened elsewhere (ETag {expect_etag} "
+                f"then, {self.etag} now); open the store again to read the new version",
+                code=10,
+                filename=self.url,
+            )
+        _check_header(bytes(memoryview(head)[:100]), self.url)
+        self.file = RemoteFile(
+            self.url,
+            self.size,
+            self._fetch,
+            block_size=cache.block_size,
+            cache_size=cache.size,
+            readahead=cache.readahead,
+            head=head,
+        )
+
+    def _fetch(self, offset: int, length: int) -> Any:
+        """Bytes [offset, offset + length) of the version opened, or RemoteReadError."""
+        options: dict[str, Any] = {"range": (offset, offset + length)}
+        if self.etag:
+            options["if_match"] = self.etag
+        try:
+            result = self._get(self._store, self.location.path, options=options)
+            data = result.bytes()
+        except self._changed as exc:
+            raise self._changed_error() from exc
+        except Exception as exc:
+            raise errors.RemoteReadError(
+                f"cannot read bytes {offset:,} to {offset + length - 1:,} of {self.url!r}: "
+                f"{_first_line(exc)}",
+                code=10,
+                extended_code=266,
+                filename=self.url,  # SQLITE_IOERR_READ
+            ) from exc
+        # Servers that ignore If-Match (or send no ETag) still say which version they sent.
+        meta = result.meta
+        if int(meta["size"]) != self.size or (
+            meta.get("e_tag") != self.etag
+            if self.etag
+            else meta.get("last_modified") != self.last_modified
+        ):
+            raise self._changed_error()
+        return data
+
+    def _changed_error(self) -> errors.RemoteFileChangedError:
+        return errors.RemoteFileChangedError(
+            f"{self.url!r} was replaced or removed after it was opened (ETag {self.etag}); "
+            "nothing of the new version was read. Open the store again to read the new version",
+            code=10,
+            extended_code=266,
+            filename=self.url,
+        )
+
+    def connect(self, *, cache_size: int | None = None) -> RemoteDatabase:
+        """A read connection (one per thread); cache_size is SQLite's page cache in KiB."""
+        return RemoteDatabase(self.file, cache_size=cache_size)
+
+    def stats(self) -> dict[str, int]:
+        """The block cache's counters: requests, bytes, hits, misses, waits, failures, ..."""
+        return self.file.stats()
+
+
+# The remote files this process opened last, most recently used at the end. A store opened again
+# on the same version of a file (a dask task unpickling its store, or a program opening the same
+# URL twice) shares its block cache instead of starting cold; a store unpickled with the version
+# it was opened at does so without any request.
+SHARED_FILES = 4
+_shared: OrderedDict[tuple[Any, ...], RemoteObject] = OrderedDict()
+_shared_lock = threading.Lock()
+
+
+def open_shared(
+    location: RemoteLocation, cache: BlockCache, *, expect_etag: str | None = None
+) -> RemoteObject:
+    """The opened file at `location`: one of the last SHARED_FILES opened in this process if it
+    is the same version (the ETag pinned, or found by an opening request), else a new one."""
+    key = (location.key(), cache)
+    with _shared_lock:
+        known = _shared.get(key)
+        if known is not None and known.pid != os.getpid():
+            _shared.clear()  # inherited through fork(): the child opens its own
+            known = None
+        if known is not None and expect_etag is not None and known.etag == expect_etag:
+            _shared.move_to_end(key)
+            return known
+    opened = RemoteObject(location, cache, expect_etag=expect_etag)
+    with _shared_lock:
+        known = _shared.get(key)
+        if (
+            known is not None
+            and opened.etag
+            and (known.etag, known.size) == (opened.etag, opened.size)
+        ):
+            _shared.move_to_end(key)
+            return known
+        _shared[key] = opened
+        _shared.move_to_end(key)
+        while len(_shared) > SHARED_FILES:
+            _shared.popitem(last=False)
+    return opened
+
+
+def release_caches() -> None:
+    """Forget the remote files kept for reuse; their block caches are freed once no open store
+    uses them."""
+    with _shared_lock:
+        _shared.clear()
+
+
+def _check_header(header: bytes, url: str) -> None:
+    if header[:16] != _SQLITE_MAGIC:
+        raise errors.NotADatabaseError(
+            f"{url!r} is not an SQLite database (is this a .zarrdb file?)",
+            code=26,
+            filename=url,
+        )
+    if len(header) >= 20 and (header[18] == 2 or header[19] == 2):
+        raise errors.UnclosedFileError(
+            f"{url!r} is in WAL mode: the program that wrote it has not closed it, and its "
+            "latest writes may be in a -wal file that is not read remotely. Close the store "
+            "that writes it (zarrdb leaves a closed file in DELETE mode), then publish the file"
+        )
+
+
+def open_remote(
+    url: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    block_cache: BlockCache | Mapping[str, int] | None = None,
+) -> RemoteObject:
+    """The remote file at `url`, opened and checked (SQLite header, not in WAL mode)."""
+    return RemoteObject(
+        RemoteLocation(url, storage_options=storage_options), BlockCache.from_options(block_cache)
+    )
+
+
+def download(
+    url: str,
+    dest: str | os.PathLike[str],
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    chunk_size: int = 16 * MIB,
+) -> int:
+    """Copy the remote .zarrdb at `url` byte for byte to the local file `dest` (which must not
+    exist), in requests of `chunk_size` bytes against the version first seen; returns the bytes
+    written. The header is checked first, so a file still in WAL mode is refused. A failure
+    leaves no `dest` behind."""
+    target = os.fspath(dest)
+    if os.path.exists(target):
+        raise FileExistsError(f"{target!r} exists already")
+    remote = RemoteObject(
+        RemoteLocation(url, storage_options=storage_options),
+        BlockCache(first_read=min(chunk_size, 1 * MIB)),
+    )
+    written = 0
+    try:
+        with open(target, "xb") as out:
+            while written < remote.size:
+                length = min(chunk_size, remote.size - written)
+                data = remote._fetch(written, length)
+                out.write(memoryview(data))
+                written += length
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(target)
+        raise
+    return written
