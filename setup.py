@@ -93,6 +93,8 @@ extension = Extension(
         "src/zarrdb/_sqlite_amalgamation.h",
         "src/zarrdb/_writer.pxi",
         "src/zarrdb/_zthreads.h",
+        "src/zarrdb/_zthreads.pxd",
+        "src/zarrdb/_ops.pxi",
         "src/zarrdb/_remote_vfs.pxi",
         "src/zarrdb/_remote_vfs.h",
     ]

@@ -1,10 +1,16 @@
 # cython: freethreading_compatible = False
-"""zarrdb's engine: one SQLite connection per Database, every SQLite call without the GIL.
+"""zarrdb's engine, compiled with its own copy of SQLite: Database (one SQLite connection), and
+in files included at the end, the writer thread (_writer.pxi) and the read-only remote VFS
+(_remote_vfs.pxi).
 
 Each method reads the same way: check the connection and gather the Python arguments (keys as
 UTF-8, values as buffers), run the SQLite work inside `with nogil`, then build the Python
-results. A non-OK result code becomes a zarrdb.errors exception built while SQLite's message is
-still valid. Statements are prepared on first use and kept for the life of the connection.
+results. Every SQLite call that can wait (for a lock, for reading or writing the file, for a
+sync, for a remote fetch) runs without the GIL. The calls made with the GIL only touch memory:
+binding parameters and reading columns in execute(), asking for an error's code and message,
+resetting a statement after an error, and starting a backup (sqlite3_backup_init). A non-OK
+result code becomes a zarrdb.errors exception (Database._raise), built while SQLite's message
+is still valid. Statements are prepared on first use and kept for the life of the connection.
 """
 
 import os
@@ -15,11 +21,12 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint8_t
 from libc.stdlib cimport calloc, free, malloc, realloc
-from libc.string cimport memchr, memcpy
+from libc.string cimport memchr, memcmp, memcpy, memset
 
 from zarrdb._sqlite3 cimport *
+from zarrdb._zthreads cimport *
 
-from zarrdb import errors as _errors
+from zarrdb import _format, errors as _errors
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
@@ -37,34 +44,6 @@ cdef extern from *:
     long zarrdb_getpid() nogil
 
 
-cdef extern from "_zthreads.h" nogil:
-    ctypedef struct zt_mutex:
-        pass
-    ctypedef struct zt_cond:
-        pass
-    ctypedef struct zt_thread:
-        pass
-    void zt_mutex_init(zt_mutex* m)
-    void zt_mutex_destroy(zt_mutex* m)
-    void zt_mutex_lock(zt_mutex* m)
-    void zt_mutex_unlock(zt_mutex* m)
-    void zt_cond_init(zt_cond* c)
-    void zt_cond_destroy(zt_cond* c)
-    void zt_cond_wait(zt_cond* c, zt_mutex* m)
-    int zt_cond_wait_ms(zt_cond* c, zt_mutex* m, long ms)
-    void zt_cond_signal(zt_cond* c)
-    void zt_cond_broadcast(zt_cond* c)
-    int zt_thread_start(zt_thread* t, void (*fn)(void*) noexcept nogil, void* arg)
-    void zt_thread_join(zt_thread t)
-    int64_t zt_monotonic_ms()
-    int64_t zt_monotonic_us()
-    int zt_cond_wait_us(zt_cond* c, zt_mutex* m, int64_t us)
-    int ZT_HAVE_WAKE_FD
-    int zt_wake_open(int* rfd, int* wfd)
-    void zt_wake_close(int rfd, int wfd)
-    void zt_wake_signal(int wfd)
-    void zt_wake_clear(int rfd)
-
 # The process id, refreshed in a child after fork(), so that checking "was this connection
 # opened in this process?" costs no system call.
 cdef long _current_pid = zarrdb_getpid()
@@ -80,6 +59,13 @@ if hasattr(os, "register_at_fork"):
 
 
 BUNDLED_SQLITE = bool(ZARRDB_BUNDLED_SQLITE)
+# The spec's facts the engine needs: the data table and the longest value (3 bytes less than
+# 2 GiB), from _format, which holds every one of them.
+cdef str _TABLE = _format.DATA_TABLE
+cdef bytes _TABLE_UTF8 = _TABLE.encode("ascii")
+cdef const char* _TABLE_C = _TABLE_UTF8
+cdef int64_t _MAX_VALUE = _format.MAX_VALUE_SIZE
+MAX_VALUE_SIZE = _MAX_VALUE
 # zarrdb.errors names SQLite's result codes; they must be the ones this SQLite uses.
 if (
     _errors.SQLITE_BUSY, _errors.SQLITE_LOCKED, _errors.SQLITE_READONLY, _errors.SQLITE_CORRUPT,
@@ -91,16 +77,18 @@ if (
 ):  # pragma: no cover - a build against an SQLite with other codes
     raise ImportError("zarrdb.errors' SQLite result codes do not match the SQLite built in")
 
-# The spec's limit for one value: 3 bytes less than 2 GiB.
-DEF _MAX_VALUE = 2147483645
-MAX_VALUE_SIZE = _MAX_VALUE
 # Values at least this long are copied with the GIL released; below it the copy is cheaper
 # than giving the GIL away and taking it back.
 DEF _NOGIL_COPY = 65536
 # Values at least this long are read with the blob API (no intermediate copy inside SQLite).
 DEF _BLOB_READ_MIN = 65536
-# Not an SQLite code: a listing met a NULL key (a foreign writer broke the schema's rules).
+# Values at least this long are written with the blob API by Database's own writes (the
+# writer's threshold is its own parameter, _writing.BLOB_WRITE_MIN): see _write_large.
+DEF _BLOB_WRITE_MIN = 131072
+# Not SQLite codes: a listing met a NULL key (a foreign writer broke the schema's rules), or
+# keys out of order (a damaged index).
 DEF _NULL_KEY = -77
+DEF _OUT_OF_ORDER = -78
 
 
 def _library_info():
@@ -128,7 +116,6 @@ def _library_info():
 cdef enum Stmt:
     S_GET
     S_LOCATE
-    S_GET_ROWID
     S_READ
     S_EXISTS
     S_LENGTH
@@ -147,6 +134,8 @@ cdef enum Stmt:
     S_SIZE_RANGE
     S_COUNT_ALL
     S_COUNT_RANGE
+    S_ANY_ALL
+    S_ANY_RANGE
     S_DELETE_ALL
     S_DELETE_RANGE
     S_BEGIN_READ
@@ -162,61 +151,58 @@ cdef enum Stmt:
 # program stored as TEXT (against the spec) would count characters, so it is measured as bytes.
 # typeof() also reads only the header.
 cdef str _NBYTES = "CASE WHEN typeof(v) = 'blob' THEN length(v) ELSE length(CAST(v AS BLOB)) END"
-# Statements built from it; C-level globals (Python code cannot rebind them), as _SQL
-# points into these objects.
-cdef bytes _SQL_LOCATE = f"SELECT rowid, {_NBYTES} FROM zarr WHERE k = ?1".encode()
-cdef bytes _SQL_LENGTH = f"SELECT {_NBYTES} FROM zarr WHERE k = ?1".encode()
-cdef bytes _SQL_SIZE_ALL = f"SELECT coalesce(sum({_NBYTES}), 0) FROM zarr".encode()
-cdef bytes _SQL_SIZE_RANGE = (
-    f"SELECT coalesce(sum({_NBYTES}), 0) FROM zarr WHERE k >= ?1 AND k < ?2".encode()
-)
 
+# The statements, by number: {t} is the data table (its name from _format, like every fact of
+# the spec); ranges are `k >= lower AND k < upper` on the primary key.
+_STATEMENTS = {
+    S_GET: "SELECT v FROM {t} WHERE k = ?1",
+    S_LOCATE: f"SELECT rowid, {_NBYTES} FROM {{t}} WHERE k = ?1",
+    # One lookup for `get`: the value itself only when it is at most ?2 bytes long (length()
+    # reads the record header, not the value); longer ones are read with the blob API. (Plain
+    # length() here, for speed: the blob API gives the size in bytes of a long value, and a
+    # short one is measured with sqlite3_column_bytes.)
+    S_READ: "SELECT rowid, length(v), CASE WHEN length(v) <= ?2 THEN v END FROM {t} WHERE k = ?1",
+    S_EXISTS: "SELECT 1 FROM {t} WHERE k = ?1",
+    S_LENGTH: f"SELECT {_NBYTES} FROM {{t}} WHERE k = ?1",
+    S_SET: "INSERT INTO {t}(k, v) VALUES (?1, ?2) ON CONFLICT(k) DO UPDATE SET v = excluded.v",
+    S_SET_IF_ABSENT: "INSERT INTO {t}(k, v) VALUES (?1, ?2) ON CONFLICT(k) DO NOTHING",
+    # Large values: the row with a zero-filled value of the right length, whose rowid the
+    # writer then opens with the blob API to write the bytes in place.
+    S_SET_ZB: "INSERT INTO {t}(k, v) VALUES (?1, zeroblob(?2)) "
+              "ON CONFLICT(k) DO UPDATE SET v = excluded.v RETURNING rowid",
+    S_SET_IF_ABSENT_ZB: "INSERT INTO {t}(k, v) VALUES (?1, zeroblob(?2)) "
+                        "ON CONFLICT(k) DO NOTHING RETURNING rowid",
+    S_DELETE: "DELETE FROM {t} WHERE k = ?1",
+    S_LIST_ALL: "SELECT k FROM {t} ORDER BY k",
+    S_LIST_RANGE: "SELECT k FROM {t} WHERE k >= ?1 AND k < ?2 ORDER BY k",
+    S_SEEK_GE: "SELECT k FROM {t} WHERE k >= ?1 AND k < ?2 ORDER BY k LIMIT 1",
+    S_SEEK_GE_ALL: "SELECT k FROM {t} WHERE k >= ?1 ORDER BY k LIMIT 1",
+    S_SEEK_GT: "SELECT k FROM {t} WHERE k > ?1 AND k < ?2 ORDER BY k LIMIT 1",
+    S_SEEK_GT_ALL: "SELECT k FROM {t} WHERE k > ?1 ORDER BY k LIMIT 1",
+    S_SIZE_ALL: f"SELECT coalesce(sum({_NBYTES}), 0) FROM {{t}}",
+    S_SIZE_RANGE: f"SELECT coalesce(sum({_NBYTES}), 0) FROM {{t}} WHERE k >= ?1 AND k < ?2",
+    S_COUNT_ALL: "SELECT count(*) FROM {t}",
+    S_COUNT_RANGE: "SELECT count(*) FROM {t} WHERE k >= ?1 AND k < ?2",
+    S_ANY_ALL: "SELECT EXISTS (SELECT 1 FROM {t})",
+    S_ANY_RANGE: "SELECT EXISTS (SELECT 1 FROM {t} WHERE k >= ?1 AND k < ?2)",
+    S_DELETE_ALL: "DELETE FROM {t}",
+    S_DELETE_RANGE: "DELETE FROM {t} WHERE k >= ?1 AND k < ?2",
+    S_BEGIN_READ: "BEGIN DEFERRED",
+    S_BEGIN_WRITE: "BEGIN IMMEDIATE",
+    S_COMMIT: "COMMIT",
+    S_ROLLBACK: "ROLLBACK",
+    S_SAVEPOINT: "SAVEPOINT zarrdb_batch",
+    S_RELEASE: "RELEASE zarrdb_batch",
+    S_ROLLBACK_TO: "ROLLBACK TO zarrdb_batch",
+}  # fmt: skip
+# The UTF-8 text of each, kept here (a C-level global Python code cannot rebind), with _SQL
+# pointing into it.
+cdef list _SQL_TEXT = [None] * <int>S_COUNT
 cdef const char* _SQL[<int>S_COUNT]
-_SQL[<int>S_GET] = b"SELECT v FROM zarr WHERE k = ?1"
-_SQL[<int>S_LOCATE] = _SQL_LOCATE
-_SQL[<int>S_GET_ROWID] = b"SELECT v FROM zarr WHERE rowid = ?1"
-# One lookup for `get`: the value itself only when it is at most ?2 bytes long (length() of a
-# column reads the record header, not the value); longer ones are read with the blob API.
-# (Plain length() here, for speed: the blob API gives the size in bytes of a long value, and a
-# short one is measured with sqlite3_column_bytes.)
-_SQL[<int>S_READ] = (
-    b"SELECT rowid, length(v), CASE WHEN length(v) <= ?2 THEN v END FROM zarr WHERE k = ?1"
-)
-_SQL[<int>S_EXISTS] = b"SELECT 1 FROM zarr WHERE k = ?1"
-_SQL[<int>S_LENGTH] = _SQL_LENGTH
-_SQL[<int>S_SET] = (
-    b"INSERT INTO zarr(k, v) VALUES (?1, ?2) ON CONFLICT(k) DO UPDATE SET v = excluded.v"
-)
-_SQL[<int>S_SET_IF_ABSENT] = b"INSERT INTO zarr(k, v) VALUES (?1, ?2) ON CONFLICT(k) DO NOTHING"
-# Large values: the row with a zero-filled value of the right length, whose rowid the writer
-# then opens with the blob API to write the bytes in place.
-_SQL[<int>S_SET_ZB] = (
-    b"INSERT INTO zarr(k, v) VALUES (?1, zeroblob(?2)) "
-    b"ON CONFLICT(k) DO UPDATE SET v = excluded.v RETURNING rowid"
-)
-_SQL[<int>S_SET_IF_ABSENT_ZB] = (
-    b"INSERT INTO zarr(k, v) VALUES (?1, zeroblob(?2)) ON CONFLICT(k) DO NOTHING RETURNING rowid"
-)
-_SQL[<int>S_DELETE] = b"DELETE FROM zarr WHERE k = ?1"
-_SQL[<int>S_LIST_ALL] = b"SELECT k FROM zarr ORDER BY k"
-_SQL[<int>S_LIST_RANGE] = b"SELECT k FROM zarr WHERE k >= ?1 AND k < ?2 ORDER BY k"
-_SQL[<int>S_SEEK_GE] = b"SELECT k FROM zarr WHERE k >= ?1 AND k < ?2 ORDER BY k LIMIT 1"
-_SQL[<int>S_SEEK_GE_ALL] = b"SELECT k FROM zarr WHERE k >= ?1 ORDER BY k LIMIT 1"
-_SQL[<int>S_SEEK_GT] = b"SELECT k FROM zarr WHERE k > ?1 AND k < ?2 ORDER BY k LIMIT 1"
-_SQL[<int>S_SEEK_GT_ALL] = b"SELECT k FROM zarr WHERE k > ?1 ORDER BY k LIMIT 1"
-_SQL[<int>S_SIZE_ALL] = _SQL_SIZE_ALL
-_SQL[<int>S_SIZE_RANGE] = _SQL_SIZE_RANGE
-_SQL[<int>S_COUNT_ALL] = b"SELECT count(*) FROM zarr"
-_SQL[<int>S_COUNT_RANGE] = b"SELECT count(*) FROM zarr WHERE k >= ?1 AND k < ?2"
-_SQL[<int>S_DELETE_ALL] = b"DELETE FROM zarr"
-_SQL[<int>S_DELETE_RANGE] = b"DELETE FROM zarr WHERE k >= ?1 AND k < ?2"
-_SQL[<int>S_BEGIN_READ] = b"BEGIN DEFERRED"
-_SQL[<int>S_BEGIN_WRITE] = b"BEGIN IMMEDIATE"
-_SQL[<int>S_COMMIT] = b"COMMIT"
-_SQL[<int>S_ROLLBACK] = b"ROLLBACK"
-_SQL[<int>S_SAVEPOINT] = b"SAVEPOINT zarrdb_batch"
-_SQL[<int>S_RELEASE] = b"RELEASE zarrdb_batch"
-_SQL[<int>S_ROLLBACK_TO] = b"ROLLBACK TO zarrdb_batch"
+for _which, _text in _STATEMENTS.items():
+    _SQL_TEXT[_which] = _text.format(t=_TABLE).encode("utf-8")
+    _SQL[<int>_which] = _SQL_TEXT[_which]
+del _which, _text
 
 # ---------------------------------------------------------------------------------------------
 # Keys
@@ -258,6 +244,49 @@ cdef bytes _upper_bound(bytes prefix):
     del b[last + 1:]
     b[last] += 1
     return bytes(b)
+
+
+cdef inline int _compare(const char* a, Py_ssize_t na, const char* b, Py_ssize_t nb) noexcept nogil:
+    """BINARY collation order of two UTF-8 strings: <0, 0 or >0."""
+    cdef int c = memcmp(a, b, na if na < nb else nb)
+    if c != 0:
+        return c
+    return (na > nb) - (na < nb)
+
+
+cdef struct Range:
+    const char* lo  # UTF-8 bytes of the prefix
+    Py_ssize_t nlo
+    const char* hi  # the smallest string after every key with the prefix (NULL: prefix "")
+    Py_ssize_t nhi
+    bint ranged  # False for the prefix "" (every key)
+
+
+cdef int _range(object prefix, Range* out, list keep) except -1:
+    """The keys that start with `prefix`, as [lo, hi) in UTF-8 bytes (kept alive by `keep`)."""
+    cdef bytes lower = _prefix_bytes(prefix)
+    cdef bytes upper
+    keep.append(lower)
+    out.lo = lower
+    out.nlo = len(lower)
+    out.hi = NULL
+    out.nhi = 0
+    out.ranged = out.nlo > 0
+    if out.ranged:
+        upper = _upper_bound(lower)
+        if upper is None:
+            raise _errors.InvalidKeyError(f"invalid prefix {prefix!r}")
+        keep.append(upper)
+        out.hi = upper
+        out.nhi = len(upper)
+    return 0
+
+
+cdef inline void _bind_range(sqlite3_stmt* stmt, Range* r) noexcept nogil:
+    """Bind ?1 (and ?2, for a non-empty prefix) of a range statement."""
+    sqlite3_bind_text64(stmt, 1, r.lo, r.nlo, SQLITE_STATIC, SQLITE_UTF8)
+    if r.ranged:
+        sqlite3_bind_text64(stmt, 2, r.hi, r.nhi, SQLITE_STATIC, SQLITE_UTF8)
 
 
 cdef str _decode_key(const char* data, Py_ssize_t size, str path=None):
@@ -333,14 +362,15 @@ cdef class _Buffers:
             raise MemoryError()
         self.count = 0
 
-    cdef Py_buffer* acquire(self, object value, str path) except NULL:
+    cdef Py_buffer* acquire(self, object value, str path, object key) except NULL:
         cdef Py_buffer* view = &self.views[self.count]
         PyObject_GetBuffer(value, view, PyBUF_SIMPLE)
         self.count += 1
         if view.len > _MAX_VALUE:
             raise _errors.ValueTooLargeError(
-                f"a value of {view.len:,} bytes is over the limit of {_MAX_VALUE:,} bytes "
-                "of a SQLiteStore file; nothing was written (use smaller chunks)",
+                f"{path!r}: the value for {key!r} has {view.len:,} bytes, over the limit of "
+                f"{_MAX_VALUE:,} bytes of a SQLiteStore file; nothing was written (use smaller "
+                "chunks or shards)",
                 code=SQLITE_TOOBIG,
                 filename=path,
             )
@@ -404,50 +434,49 @@ cdef int _busy_wait(void* arg, int count) noexcept nogil:
     return 1
 
 
+include "_ops.pxi"
+
+
 cdef class Transaction:
     """Context manager from Database.transaction(): BEGIN IMMEDIATE .. COMMIT at the outermost
-    level, a savepoint inside; an exception rolls that level back and propagates."""
+    level, a savepoint inside; an exception rolls that level back and propagates. The same
+    begin/end the engine's own batches use (Database._begin_if_needed, _finish)."""
 
     cdef Database db
-    cdef int level
-    cdef bint began
+    cdef int began
+    cdef int ends  # the Database's count of commit()/rollback() calls at the start
 
     def __cinit__(self, Database db):
         self.db = db
-        self.level = -1
-        self.began = False
+        self.began = 0
 
     def __enter__(self):
         db = self.db
-        self.level = db._depth
-        self.began = not db.in_transaction
-        if self.began:
-            db.begin_write()
-        else:
-            db._exec_simple(f"SAVEPOINT zarrdb_{self.level}")
-        db._depth += 1
+        db._enter()
+        try:
+            self.began = db._begin_if_needed(S_BEGIN_WRITE)
+            self.ends = db._ends
+        finally:
+            db._leave()
         return db
 
     def __exit__(self, exc_type, exc, tb):
         db = self.db
-        db._depth = self.level
-        if not db.in_transaction:
-            return False  # rolled back inside the block already
-        if self.began:
-            if exc_type is None:
-                try:
-                    db.commit()
-                except BaseException:
-                    if db.in_transaction:
-                        db.rollback()
-                    raise
-            else:
-                db.rollback()
-        elif exc_type is None:
-            db._exec_simple(f"RELEASE zarrdb_{self.level}")
-        else:
-            db._exec_simple(f"ROLLBACK TO zarrdb_{self.level}")
-            db._exec_simple(f"RELEASE zarrdb_{self.level}")
+        db._enter()
+        try:
+            if sqlite3_get_autocommit(db.db):
+                if exc_type is None and db._ends == self.ends:
+                    # SQLite rolled the transaction back itself after an error inside the
+                    # block (a full disk, say) that the block caught: nothing of it is stored.
+                    raise _errors.SQLiteError(
+                        f"{db.path!r}: the transaction was rolled back after an error inside "
+                        "it; nothing of it was written",
+                        filename=db.path,
+                    )
+                return False
+            db._finish(self.began, exc_type is None)
+        finally:
+            db._leave()
         return False
 
 
@@ -455,14 +484,14 @@ cdef class Database:
     """One SQLite connection to a file with a `zarr(k TEXT PRIMARY KEY, v BLOB)` table.
 
     Used by one thread at a time (simultaneous use raises ConcurrentUseError); unusable in a
-    child process after fork (ForkedProcessError). Every SQLite call runs without the GIL.
+    child process after fork (ForkedProcessError).
     """
 
     cdef sqlite3* db
     cdef sqlite3_stmt* stmts[<int>S_COUNT]
     cdef long pid
     cdef int busy
-    cdef int _depth
+    cdef int _ends  # commit() and rollback() calls: a transaction the caller ended itself
     cdef readonly str path
     cdef readonly bint readonly
     cdef double _busy_timeout
@@ -472,7 +501,6 @@ cdef class Database:
     def __cinit__(self):
         self.db = NULL
         self.busy = 0
-        self._depth = 0
         self._size_guess = 0
         for i in range(<int>S_COUNT):
             self.stmts[i] = NULL
@@ -612,9 +640,33 @@ cdef class Database:
             context = f"{context}: {waited}" if context else waited
         return _errors.sqlite_error(rc, xrc, message, filename=self.path, context=context)
 
+    cdef int _raise(self, int rc, sqlite3_stmt* stmt, str context="") except -1:
+        """Raise the exception for `rc` (built while SQLite's message is still the connection's),
+        after resetting `stmt` (if any) so that it holds no lock or read transaction."""
+        err = self._error(rc, context)
+        if stmt != NULL:
+            sqlite3_reset(stmt)
+        raise err
+
+    cdef list _listing(self, int rc, sqlite3_stmt* stmt, Arena* arena):
+        """The end of a listing: its error (with the statement reset), or its keys."""
+        if rc != SQLITE_DONE:
+            err = self._list_error(rc)
+            sqlite3_reset(stmt)
+            raise err
+        with nogil:
+            sqlite3_reset(stmt)
+        return _arena_strings(arena, NULL, 0, self.path)
+
     cdef object _list_error(self, int rc):
         if rc == SQLITE_NOMEM:
             return MemoryError()
+        if rc == _OUT_OF_ORDER:
+            return _errors.DatabaseCorruptError(
+                f"{self.path!r}: the index of the zarr table's keys is out of order (the file "
+                "is damaged; 'zarrdb check' lists what SQLite finds)",
+                code=SQLITE_CORRUPT, filename=self.path,
+            )
         if rc == _NULL_KEY:
             return _errors.DatabaseCorruptError(
                 f"{self.path!r} has a NULL key in its zarr table; a SQLiteStore file must not "
@@ -671,9 +723,7 @@ cdef class Database:
         with nogil:
             rc = sqlite3_step(stmt)
         if rc != SQLITE_DONE:
-            err = self._error(rc, context)
-            sqlite3_reset(stmt)
-            raise err
+            self._raise(rc, stmt, context)
         sqlite3_reset(stmt)
         return 0
 
@@ -709,64 +759,21 @@ cdef class Database:
             self._step_simple(S_ROLLBACK, "cannot roll back")
         return 0
 
-    cdef int _write_one(self, Stmt which, object key, object value) except -1:
-        """Run a single-row write (S_SET or S_SET_IF_ABSENT); returns the rows changed."""
-        cdef Key k
-        cdef Py_buffer view
-        cdef sqlite3_stmt* stmt
-        cdef int rc
-        cdef int changed = 0
-        _key(key, &k)
-        PyObject_GetBuffer(value, &view, PyBUF_SIMPLE)
-        try:
-            if view.len > _MAX_VALUE:
-                raise _errors.ValueTooLargeError(
-                    f"the value for {key!r} has {view.len:,} bytes, over the limit of "
-                    f"{_MAX_VALUE:,} bytes of a SQLiteStore file; nothing was written",
-                    code=SQLITE_TOOBIG,
-                    filename=self.path,
-                )
-            stmt = self._stmt(which)
-            with nogil:
-                sqlite3_bind_text64(stmt, 1, k.data, k.size, SQLITE_STATIC, SQLITE_UTF8)
-                sqlite3_bind_blob64(stmt, 2, view.buf, view.len, SQLITE_STATIC)
-                rc = sqlite3_step(stmt)
-                if rc == SQLITE_DONE:
-                    changed = sqlite3_changes(self.db)
-            if rc != SQLITE_DONE:
-                err = self._error(rc, f"cannot write {key!r}")
-                sqlite3_reset(stmt)
-                raise err
-            sqlite3_reset(stmt)
-        finally:
-            PyBuffer_Release(&view)
-        return changed
-
     cdef int64_t _scalar_range(self, Stmt all_stmt, Stmt range_stmt, object prefix) except -2:
         """Run an aggregate (or a DELETE) over the keys that start with `prefix`; returns
         column 0 (or the rows deleted)."""
-        cdef bytes lower = _prefix_bytes(prefix)
-        cdef bytes upper = _upper_bound(lower) if lower else None
+        cdef Range r
+        cdef list keep = []
         cdef sqlite3_stmt* stmt
         cdef int rc
         cdef int64_t result = 0
-        cdef const char* lo = lower
-        cdef const char* hi = NULL
-        cdef Py_ssize_t nlo = len(lower)
-        cdef Py_ssize_t nhi = 0
-        cdef bint ranged = bool(lower)
-        if upper is not None:
-            hi = upper
-            nhi = len(upper)
-        if ranged and upper is None:
-            raise _errors.InvalidKeyError(f"invalid prefix {prefix!r}")
+        _range(prefix, &r, keep)
         self._enter()
         try:
-            stmt = self._stmt(range_stmt if ranged else all_stmt)
+            stmt = self._stmt(range_stmt if r.ranged else all_stmt)
             with nogil:
-                if ranged:
-                    sqlite3_bind_text64(stmt, 1, lo, nlo, SQLITE_STATIC, SQLITE_UTF8)
-                    sqlite3_bind_text64(stmt, 2, hi, nhi, SQLITE_STATIC, SQLITE_UTF8)
+                if r.ranged:
+                    _bind_range(stmt, &r)
                 rc = sqlite3_step(stmt)
                 if rc == SQLITE_ROW:
                     result = sqlite3_column_int64(stmt, 0)
@@ -775,9 +782,7 @@ cdef class Database:
                     # a DELETE: report how many rows went
                     result = sqlite3_changes(self.db)
             if rc != SQLITE_DONE:
-                err = self._error(rc)
-                sqlite3_reset(stmt)
-                raise err
+                self._raise(rc, stmt)
             with nogil:
                 sqlite3_reset(stmt)
             return result
@@ -922,7 +927,7 @@ cdef class Database:
                     sqlite3_reset(stmt)
                 return out
             with nogil:
-                rc = sqlite3_blob_open(self.db, "main", "zarr", "v", rowid, 0, &blob)
+                rc = sqlite3_blob_open(self.db, "main", _TABLE_C, "v", rowid, 0, &blob)
                 if rc == SQLITE_OK:
                     n = sqlite3_blob_bytes(blob)
                     if n == size:
@@ -1079,11 +1084,9 @@ cdef class Database:
                             sqlite3_reset(locate)
                     if rc != SQLITE_OK:
                         if rc == _NULL_KEY:
-                            err = self._null_value_error(reqs[failed_at][0])
-                        else:
-                            err = self._error(rc, f"cannot read {reqs[failed_at][0]!r}")
-                        sqlite3_reset(locate)
-                        raise err
+                            sqlite3_reset(locate)
+                            raise self._null_value_error(reqs[failed_at][0])
+                        self._raise(rc, locate, f"cannot read {reqs[failed_at][0]!r}")
                     # The result objects, allocated with the GIL.
                     results = [None] * count
                     for i in range(count):
@@ -1099,7 +1102,7 @@ cdef class Database:
                             if dests[i] == NULL or lengths[i] == 0:
                                 continue
                             if blob == NULL:
-                                rc = sqlite3_blob_open(self.db, "main", "zarr", "v", rowids[i],
+                                rc = sqlite3_blob_open(self.db, "main", _TABLE_C, "v", rowids[i],
                                                        0, &blob)
                             else:
                                 rc = sqlite3_blob_reopen(blob, rowids[i])
@@ -1110,8 +1113,7 @@ cdef class Database:
                                 failed_at = i
                                 break
                     if rc != SQLITE_OK:
-                        err = self._error(rc, f"cannot read {reqs[failed_at][0]!r}")
-                        raise err
+                        self._raise(rc, NULL, f"cannot read {reqs[failed_at][0]!r}")
                 finally:
                     if blob != NULL:
                         with nogil:
@@ -1155,141 +1157,86 @@ cdef class Database:
             if rc == SQLITE_DONE:
                 return None
             if rc != SQLITE_ROW:
-                err = self._error(rc, f"cannot read {key!r}")
-                sqlite3_reset(stmt)
-                raise err
+                self._raise(rc, stmt, f"cannot read {key!r}")
             return value
         finally:
             self._leave()
 
     # --- writes -------------------------------------------------------------------------
 
+    cdef int _prepare_writes(self) except -1:
+        """Prepare the statements write operations run (_ops.pxi), before any runs nogil."""
+        cdef Stmt which
+        for which in _WRITE_STMTS:
+            self._stmt(which)
+        return 0
+
+    cdef int64_t _write(self, list items, str verb="write") except -1:
+        """Run write operations (see _gather_ops) in one transaction, or in a savepoint inside
+        the open one; returns the rows written or deleted. On an error nothing of it stays."""
+        cdef Py_ssize_t n = len(items)
+        cdef Py_ssize_t i
+        cdef Py_ssize_t failed = -1
+        cdef WOp* ops
+        cdef _Buffers buffers = _Buffers(n)
+        cdef list keep = []
+        cdef list names = []
+        cdef int rc = SQLITE_OK
+        cdef int began
+        cdef int64_t changes = 0
+        cdef bint freed = False
+        cdef int64_t blob_min = _BLOB_WRITE_MIN
+        if n == 0:
+            return 0
+        ops = <WOp*>calloc(n, sizeof(WOp))
+        if ops == NULL:
+            raise MemoryError()
+        try:
+            _gather_ops(items, ops, buffers, keep, names, self.path)
+            self._enter()
+            try:
+                self._prepare_writes()
+                began = self._begin_if_needed(S_BEGIN_WRITE)
+                with nogil:
+                    for i in range(n):
+                        rc = _apply_op(self.db, self.stmts, blob_min, &ops[i], &changes, &freed)
+                        if rc != SQLITE_OK:
+                            failed = i
+                            break
+                if rc != SQLITE_OK:
+                    err = self._error(rc, f"cannot {verb} {names[failed]!r}")
+                    self._finish(began, False)
+                    raise err
+                self._finish(began, True)
+            finally:
+                self._leave()
+            return changes
+        finally:
+            free(ops)
+
     def set(self, key, value):
         """Store `value` (any contiguous buffer) under `key`, replacing what was there."""
-        self._enter()
-        try:
-            self._write_one(S_SET, key, value)
-        finally:
-            self._leave()
+        self._write([("set", key, value)])
 
     def set_if_absent(self, key, value):
         """Store `value` under `key` unless the key exists; True if it was written."""
-        self._enter()
-        try:
-            return self._write_one(S_SET_IF_ABSENT, key, value) > 0
-        finally:
-            self._leave()
+        return self._write([("set_if_absent", key, value)]) > 0
 
     def set_many(self, pairs):
         """Store several (key, value) pairs in one transaction (or inside the open one)."""
-        cdef list items = list(pairs)
-        cdef Py_ssize_t count = len(items)
-        cdef Py_ssize_t i
-        cdef Key* keys
-        cdef const void** bufs
-        cdef Py_ssize_t* sizes
-        cdef _Buffers views
-        cdef Py_buffer* view
-        cdef sqlite3_stmt* stmt
-        cdef int rc = SQLITE_DONE
-        cdef int began = 0
-        cdef Py_ssize_t failed_at = -1
-        if count == 0:
-            return
-        keys = <Key*>malloc(count * sizeof(Key))
-        bufs = <const void**>malloc(count * sizeof(void*))
-        sizes = <Py_ssize_t*>malloc(count * sizeof(Py_ssize_t))
-        views = _Buffers(count)
-        keepalive = [None] * count
-        try:
-            if keys == NULL or bufs == NULL or sizes == NULL:
-                raise MemoryError()
-            for i in range(count):
-                key, value = items[i]
-                keepalive[i] = key
-                _key(key, &keys[i])
-                view = views.acquire(value, self.path)
-                bufs[i] = view.buf
-                sizes[i] = view.len
-            self._enter()
-            try:
-                stmt = self._stmt(S_SET)
-                began = self._begin_if_needed(S_BEGIN_WRITE)
-                with nogil:
-                    for i in range(count):
-                        sqlite3_bind_text64(stmt, 1, keys[i].data, keys[i].size,
-                                            SQLITE_STATIC, SQLITE_UTF8)
-                        sqlite3_bind_blob64(stmt, 2, bufs[i], sizes[i], SQLITE_STATIC)
-                        rc = sqlite3_step(stmt)
-                        if rc != SQLITE_DONE:
-                            failed_at = i
-                            break
-                        sqlite3_reset(stmt)
-                if rc != SQLITE_DONE:
-                    err = self._error(rc, f"cannot write {items[failed_at][0]!r}")
-                    sqlite3_reset(stmt)
-                    self._finish(began, False)
-                    raise err
-                self._finish(began, True)
-            finally:
-                self._leave()
-        finally:
-            free(keys)
-            free(bufs)
-            free(sizes)
+        self._write([("set", key, value) for key, value in pairs])
 
     def delete(self, key):
         """Delete `key`; True if it existed."""
-        return self.delete_many([key]) > 0
+        return self._write([("delete", key, None)], "delete") > 0
 
     def delete_many(self, keys):
         """Delete several keys in one transaction; returns how many existed."""
-        cdef list items = list(keys)
-        cdef Py_ssize_t count = len(items)
-        cdef Py_ssize_t i
-        cdef Key* ks
-        cdef sqlite3_stmt* stmt
-        cdef int rc = SQLITE_DONE
-        cdef int began = 0
-        cdef int64_t deleted = 0
-        cdef Py_ssize_t failed_at = -1
-        if count == 0:
-            return 0
-        ks = <Key*>malloc(count * sizeof(Key))
-        try:
-            if ks == NULL:
-                raise MemoryError()
-            for i in range(count):
-                _key(items[i], &ks[i])
-            self._enter()
-            try:
-                stmt = self._stmt(S_DELETE)
-                began = self._begin_if_needed(S_BEGIN_WRITE) if count > 1 else 0
-                with nogil:
-                    for i in range(count):
-                        sqlite3_bind_text64(stmt, 1, ks[i].data, ks[i].size,
-                                            SQLITE_STATIC, SQLITE_UTF8)
-                        rc = sqlite3_step(stmt)
-                        if rc != SQLITE_DONE:
-                            failed_at = i
-                            break
-                        deleted += sqlite3_changes(self.db)
-                        sqlite3_reset(stmt)
-                if rc != SQLITE_DONE:
-                    err = self._error(rc, f"cannot delete {items[failed_at]!r}")
-                    sqlite3_reset(stmt)
-                    self._finish(began, False)
-                    raise err
-                self._finish(began, True)
-            finally:
-                self._leave()
-            return deleted
-        finally:
-            free(ks)
+        return self._write([("delete", key, None) for key in keys], "delete")
 
     def delete_prefix(self, prefix):
         """Delete every key that starts with `prefix` ("" deletes all); returns the count."""
-        return self._scalar_range(S_DELETE_ALL, S_DELETE_RANGE, prefix)
+        return self._write([("delete_prefix", prefix, None)], "delete")
 
     # --- listings -----------------------------------------------------------------------
 
@@ -1299,32 +1246,20 @@ cdef class Database:
 
     def list_prefix(self, prefix):
         """Keys that start with `prefix`, in BINARY (UTF-8 byte) order."""
-        cdef bytes lower = _prefix_bytes(prefix)
-        cdef bytes upper = _upper_bound(lower) if lower else None
-        cdef const char* lo = lower
-        cdef const char* hi = NULL
-        cdef Py_ssize_t nlo = len(lower)
-        cdef Py_ssize_t nhi = 0
-        cdef bint ranged = nlo > 0
+        cdef Range r
+        cdef list keep = []
         cdef Arena arena
         cdef sqlite3_stmt* stmt
         cdef int rc = SQLITE_OK
         cdef const unsigned char* text
-        if upper is not None:
-            hi = upper
-            nhi = len(upper)
-        elif ranged:
-            raise _errors.InvalidKeyError(f"invalid prefix {prefix!r}")
-        arena.data = NULL
-        arena.size = arena.cap = 0
-        arena.count = 0
+        _range(prefix, &r, keep)
+        memset(&arena, 0, sizeof(Arena))
         self._enter()
         try:
-            stmt = self._stmt(S_LIST_RANGE if ranged else S_LIST_ALL)
+            stmt = self._stmt(S_LIST_RANGE if r.ranged else S_LIST_ALL)
             with nogil:
-                if ranged:
-                    sqlite3_bind_text64(stmt, 1, lo, nlo, SQLITE_STATIC, SQLITE_UTF8)
-                    sqlite3_bind_text64(stmt, 2, hi, nhi, SQLITE_STATIC, SQLITE_UTF8)
+                if r.ranged:
+                    _bind_range(stmt, &r)
                 while True:
                     rc = sqlite3_step(stmt)
                     if rc != SQLITE_ROW:
@@ -1336,13 +1271,7 @@ cdef class Database:
                     if _arena_push(&arena, <const char*>text, sqlite3_column_bytes(stmt, 0)):
                         rc = SQLITE_NOMEM
                         break
-            if rc != SQLITE_DONE:
-                err = self._list_error(rc)
-                sqlite3_reset(stmt)
-                raise err
-            with nogil:
-                sqlite3_reset(stmt)
-            return _arena_strings(&arena, NULL, 0, self.path)
+            return self._listing(rc, stmt, &arena)
         finally:
             self._leave()
             free(arena.data)
@@ -1350,12 +1279,12 @@ cdef class Database:
     def list_dir(self, prefix):
         """Children of `prefix` ("" or ending in "/"), relative to it, sorted: a stored key as
         its name, a sub-tree as its name with a trailing "/". One index seek per child."""
-        cdef bytes lower = _prefix_bytes(prefix)
-        cdef bytes upper
-        cdef Py_ssize_t plen = len(lower)
-        cdef bint ranged = plen > 0
-        cdef const char* hi = NULL
-        cdef Py_ssize_t nhi = 0
+        cdef Range r
+        cdef list keep = []
+        cdef Py_ssize_t plen
+        cdef bint ranged
+        cdef const char* hi
+        cdef Py_ssize_t nhi
         cdef char* cursor = NULL
         cdef Py_ssize_t ncursor
         cdef size_t cursor_cap
@@ -1369,22 +1298,18 @@ cdef class Database:
         cdef Py_ssize_t n
         cdef const char* slash
         cdef Py_ssize_t child
+        _range(prefix, &r, keep)
+        plen, ranged, hi, nhi = r.nlo, r.ranged, r.hi, r.nhi
         if ranged and not prefix.endswith("/"):
             raise _errors.InvalidKeyError(f"list_dir takes '' or a prefix ending in '/', not {prefix!r}")
-        upper = _upper_bound(lower) if ranged else None
-        if upper is not None:
-            hi = upper
-            nhi = len(upper)
-        arena.data = NULL
-        arena.size = arena.cap = 0
-        arena.count = 0
+        memset(&arena, 0, sizeof(Arena))
         cursor_cap = 256 + 2 * plen
         self._enter()
         try:
             cursor = <char*>malloc(cursor_cap)
             if cursor == NULL:
                 raise MemoryError()
-            memcpy(cursor, <const char*>lower, plen)
+            memcpy(cursor, r.lo, plen)
             ncursor = plen
             ge = self._stmt(S_SEEK_GE if ranged else S_SEEK_GE_ALL)
             gt = self._stmt(S_SEEK_GT if ranged else S_SEEK_GT_ALL)
@@ -1402,6 +1327,12 @@ cdef class Database:
                         break
                     k = <const char*>sqlite3_column_text(stmt, 0)
                     n = sqlite3_column_bytes(stmt, 0)
+                    # A damaged key index can return a key before the cursor or outside the
+                    # prefix: the seeks would never end.
+                    if (n < plen or memcmp(k, cursor, plen) != 0
+                            or _compare(k, n, cursor, ncursor) < (1 if after else 0)):
+                        rc = _OUT_OF_ORDER
+                        break
                     slash = <const char*>memchr(k + plen, b'/', n - plen)
                     if slash == NULL:
                         # A key directly below: list it, continue just after it.
@@ -1426,13 +1357,7 @@ cdef class Database:
                     if not after:
                         cursor[ncursor - 1] = b'0'  # '/' + 1
                     sqlite3_reset(stmt)
-            if rc != SQLITE_DONE:
-                err = self._list_error(rc)
-                sqlite3_reset(stmt)
-                raise err
-            with nogil:
-                sqlite3_reset(stmt)
-            return _arena_strings(&arena, NULL, 0, self.path)
+            return self._listing(rc, stmt, &arena)
         finally:
             self._leave()
             free(arena.data)
@@ -1440,62 +1365,37 @@ cdef class Database:
 
     def has_prefix(self, prefix):
         """True if any key starts with `prefix` (one index seek)."""
-        cdef bytes lower = _prefix_bytes(prefix)
-        cdef bytes upper = _upper_bound(lower) if lower else None
-        cdef sqlite3_stmt* stmt
-        cdef int rc
-        cdef const char* lo = lower
-        cdef const char* hi = NULL
-        cdef Py_ssize_t nlo = len(lower)
-        cdef Py_ssize_t nhi = 0
-        cdef bint ranged = upper is not None
-        if ranged:
-            hi = upper
-            nhi = len(upper)
-        self._enter()
-        try:
-            stmt = self._stmt(S_SEEK_GE if ranged else S_SEEK_GE_ALL)
-            with nogil:
-                sqlite3_bind_text64(stmt, 1, lo, nlo, SQLITE_STATIC, SQLITE_UTF8)
-                if ranged:
-                    sqlite3_bind_text64(stmt, 2, hi, nhi, SQLITE_STATIC, SQLITE_UTF8)
-                rc = sqlite3_step(stmt)
-            if rc != SQLITE_ROW and rc != SQLITE_DONE:
-                err = self._error(rc)
-                sqlite3_reset(stmt)
-                raise err
-            with nogil:
-                sqlite3_reset(stmt)
-            return rc == SQLITE_ROW
-        finally:
-            self._leave()
+        return self._scalar_range(S_ANY_ALL, S_ANY_RANGE, prefix) == 1
 
     def list_prefix_sizes(self, prefix):
         """(key, value length) for every key that starts with `prefix`, sorted; the lengths
         come from the row headers, the values are not read."""
-        lower = _prefix_bytes(prefix)
-        if not lower:
-            return self.execute(f"SELECT k, {_NBYTES} FROM zarr ORDER BY k")
+        cdef Range r
+        cdef list keep = []
+        _range(prefix, &r, keep)
+        if not r.ranged:
+            return self.execute(f"SELECT k, {_NBYTES} FROM {_TABLE} ORDER BY k")
         return self.execute(
-            f"SELECT k, {_NBYTES} FROM zarr "
+            f"SELECT k, {_NBYTES} FROM {_TABLE} "
             "WHERE k >= CAST(?1 AS TEXT) AND k < CAST(?2 AS TEXT) ORDER BY k",
-            (lower, _upper_bound(lower)),
+            tuple(keep),
         )
 
     def rename_prefix(self, old, new):
         """Move every key that starts with `old` to start with `new` instead, in one
         transaction (or inside the open one); returns how many keys moved. ConstraintError
         (nothing moved) if a new key exists already."""
+        cdef Range r
+        cdef list keep = []
         if not old:
             raise _errors.InvalidKeyError("rename_prefix needs a non-empty prefix")
         _prefix_bytes(new)
-        lower = _prefix_bytes(old)
-        upper = _upper_bound(lower)
+        _range(old, &r, keep)
         with self.transaction():
             self.execute(
-                "UPDATE zarr SET k = CAST(CAST(?1 AS BLOB) || substr(CAST(k AS BLOB), ?2 + 1) AS TEXT) "
-                "WHERE k >= CAST(?3 AS TEXT) AND k < CAST(?4 AS TEXT)",
-                (new.encode("utf-8"), len(lower), lower, upper),
+                f"UPDATE {_TABLE} SET k = CAST(CAST(?1 AS BLOB) || substr(CAST(k AS BLOB), ?2 + 1) "
+                "AS TEXT) WHERE k >= CAST(?3 AS TEXT) AND k < CAST(?4 AS TEXT)",
+                (new.encode("utf-8"), r.nlo, *keep),
             )
             return self.execute("SELECT changes()")[0][0]
 
@@ -1528,6 +1428,7 @@ cdef class Database:
         try:
             if not sqlite3_get_autocommit(self.db):
                 self._step_simple(S_COMMIT, "cannot commit")
+                self._ends += 1
         finally:
             self._leave()
 
@@ -1536,7 +1437,7 @@ cdef class Database:
         self._enter()
         try:
             self._finish(not sqlite3_get_autocommit(self.db), False)
-            self._depth = 0
+            self._ends += 1
         finally:
             self._leave()
 
@@ -1594,10 +1495,17 @@ cdef class Database:
         cdef sqlite3_backup* backup
         cdef int rc
         cdef int pages = pages_per_step
-        cdef bytes target = os.fsdecode(os.fspath(path)).encode("utf-8")
+        cdef str where = os.fsdecode(os.fspath(path))
+        cdef bytes target = where.encode("utf-8")
         cdef const char* c_target = target
         cdef int waited_ms = 0
         cdef int limit_ms = self._busy_ms()
+
+        def failed(rc, context=""):  # the exception for the copy's connection
+            return _errors.sqlite_error(rc, sqlite3_extended_errcode(dest),
+                                        sqlite3_errmsg(dest).decode("utf-8", "replace"),
+                                        filename=where, context=context)
+
         if os.path.exists(path) and os.path.exists(self.path) and os.path.samefile(path, self.path):
             raise ValueError(f"cannot back up {self.path!r} onto itself")
         self._enter()
@@ -1606,20 +1514,13 @@ cdef class Database:
                 rc = sqlite3_open_v2(c_target, &dest,
                                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_EXRESCODE,
                                      NULL)
-            if rc != SQLITE_OK:
-                err = _errors.sqlite_error(rc, sqlite3_extended_errcode(dest),
-                                           sqlite3_errmsg(dest).decode("utf-8", "replace"),
-                                           filename=os.fspath(path), context="cannot create the copy")
-                sqlite3_close_v2(dest)
-                raise err
             try:
-                sqlite3_busy_timeout(dest, self._busy_ms())
+                if rc != SQLITE_OK:
+                    raise failed(rc, "cannot create the copy")
+                sqlite3_busy_timeout(dest, limit_ms)
                 backup = sqlite3_backup_init(dest, "main", self.db, "main")
                 if backup == NULL:
-                    raise _errors.sqlite_error(
-                        sqlite3_errcode(dest), sqlite3_extended_errcode(dest),
-                        sqlite3_errmsg(dest).decode("utf-8", "replace"),
-                        filename=os.fspath(path), context="cannot start the backup")
+                    raise failed(sqlite3_errcode(dest), "cannot start the backup")
                 with nogil:
                     while True:
                         rc = sqlite3_backup_step(backup, pages)
@@ -1636,12 +1537,11 @@ cdef class Database:
                     if rc == SQLITE_BUSY or rc == SQLITE_LOCKED:
                         context = f"backup failed: gave up after waiting {self._busy_timeout:g} s for a lock"
                     raise _errors.sqlite_error(rc, rc, sqlite3_errstr(rc).decode("utf-8", "replace"),
-                                               filename=os.fspath(path), context=context)
-                rc = sqlite3_exec(dest, "PRAGMA journal_mode = DELETE", NULL, NULL, NULL)
+                                               filename=where, context=context)
+                with nogil:
+                    rc = sqlite3_exec(dest, "PRAGMA journal_mode = DELETE", NULL, NULL, NULL)
                 if rc != SQLITE_OK:
-                    raise _errors.sqlite_error(rc, sqlite3_extended_errcode(dest),
-                                               sqlite3_errmsg(dest).decode("utf-8", "replace"),
-                                               filename=os.fspath(path))
+                    raise failed(rc)
             finally:
                 with nogil:
                     sqlite3_close_v2(dest)

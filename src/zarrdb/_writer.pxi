@@ -13,13 +13,6 @@
 # reads inside them, maintenance, closing) holds it through Writer.hold()/release(): the thread
 # finishes its batch and waits.
 
-# Operation kinds.
-cdef enum:
-    W_SET = 1
-    W_SET_IF_ABSENT = 2
-    W_DELETE = 3
-    W_DELETE_RANGE = 4  # key: lower bound (inclusive), value: upper bound (exclusive) or none
-
 # Result codes of our own (SQLite's are all below 1 << 16 with extended codes).
 cdef enum:
     W_ERR_CLOSED = -101  # the writer closed before the operation could run
@@ -30,14 +23,6 @@ cdef enum:
     SUB_QUEUED = 0
     SUB_RUNNING = 1
     SUB_DONE = 2
-
-cdef struct WOp:
-    int kind
-    const char* key
-    Py_ssize_t nkey
-    const char* val
-    Py_ssize_t nval
-    bint has_val
 
 cdef struct WPort:
     int rfd
@@ -98,19 +83,7 @@ cdef struct WState:
     int64_t max_age_us
     # the connection and what the thread runs on it
     sqlite3* db
-    sqlite3_stmt* st_set
-    sqlite3_stmt* st_set_zb
-    sqlite3_stmt* st_set_if_absent
-    sqlite3_stmt* st_set_if_absent_zb
-    sqlite3_stmt* st_delete
-    sqlite3_stmt* st_delete_all
-    sqlite3_stmt* st_delete_range
-    sqlite3_stmt* st_begin
-    sqlite3_stmt* st_commit
-    sqlite3_stmt* st_rollback
-    sqlite3_stmt* st_savepoint
-    sqlite3_stmt* st_release
-    sqlite3_stmt* st_rollback_to
+    sqlite3_stmt** st  # the Database's prepared statements, by Stmt
     sqlite3_stmt* st_touch
     int64_t blob_min
     int64_t touch_every_ms
@@ -171,85 +144,6 @@ cdef struct WState:
     int64_t n_vacuum_steps
 
 
-cdef const char* _EMPTY = b""
-
-
-cdef int _step_done(sqlite3_stmt* st) noexcept nogil:
-    cdef int rc = sqlite3_step(st)
-    sqlite3_reset(st)
-    return SQLITE_OK if rc == SQLITE_DONE else rc
-
-
-cdef int _bind_key(sqlite3_stmt* st, int i, const char* p, Py_ssize_t n) noexcept nogil:
-    return sqlite3_bind_text64(st, i, p, n, SQLITE_STATIC, SQLITE_UTF8)
-
-
-cdef int _write_large(WState* w, WOp* op, int64_t* changes) noexcept nogil:
-    """A large value: the row is inserted with a zero-filled value of the right length, then
-    the bytes are written into its pages with the blob API. SQLite would otherwise first copy
-    the whole value into a record buffer of its own (a fresh allocation as large as the value)."""
-    cdef sqlite3_stmt* st = w.st_set_zb if op.kind == W_SET else w.st_set_if_absent_zb
-    cdef sqlite3_blob* blob = NULL
-    cdef int64_t rowid = 0
-    cdef int rc
-    cdef int inserted = 0
-    _bind_key(st, 1, op.key, op.nkey)
-    sqlite3_bind_int64(st, 2, op.nval)
-    rc = sqlite3_step(st)
-    if rc == SQLITE_ROW:
-        rowid = sqlite3_column_int64(st, 0)
-        inserted = 1
-        rc = sqlite3_step(st)
-    sqlite3_reset(st)
-    if rc != SQLITE_DONE:
-        return rc
-    if not inserted:
-        return SQLITE_OK  # set_if_absent of a key that exists
-    changes[0] += 1
-    rc = sqlite3_blob_open(w.db, "main", "zarr", "v", rowid, 1, &blob)
-    if rc == SQLITE_OK:
-        rc = sqlite3_blob_write(blob, op.val, <int>op.nval, 0)
-        if rc == SQLITE_OK:
-            rc = sqlite3_blob_close(blob)
-        else:
-            sqlite3_blob_close(blob)
-    return rc
-
-
-cdef int _apply_op(WState* w, WOp* op, int64_t* changes) noexcept nogil:
-    cdef sqlite3_stmt* st
-    cdef int rc
-    cdef const char* val
-    if op.kind == W_SET or op.kind == W_SET_IF_ABSENT:
-        if op.nval >= w.blob_min:
-            return _write_large(w, op, changes)
-        st = w.st_set if op.kind == W_SET else w.st_set_if_absent
-        val = op.val if op.val != NULL else _EMPTY  # a NULL pointer would bind SQL NULL
-        _bind_key(st, 1, op.key, op.nkey)
-        sqlite3_bind_blob64(st, 2, val, op.nval, SQLITE_STATIC)
-        rc = sqlite3_step(st)
-        if rc == SQLITE_DONE:
-            changes[0] += sqlite3_changes(w.db)
-        sqlite3_reset(st)
-        return SQLITE_OK if rc == SQLITE_DONE else rc
-    if op.kind == W_DELETE:
-        st = w.st_delete
-        _bind_key(st, 1, op.key, op.nkey)
-    elif op.nkey == 0:
-        st = w.st_delete_all
-    else:
-        st = w.st_delete_range
-        _bind_key(st, 1, op.key, op.nkey)
-        _bind_key(st, 2, op.val, op.nval)
-    rc = sqlite3_step(st)
-    if rc == SQLITE_DONE:
-        if sqlite3_changes(w.db) > 0:
-            changes[0] += sqlite3_changes(w.db)
-            w.freeing = True
-    sqlite3_reset(st)
-    return SQLITE_OK if rc == SQLITE_DONE else rc
-
-
 cdef void _fail(WState* w, WSub* s, int rc, Py_ssize_t failed) noexcept nogil:
     """Record `rc` (and SQLite's message, which must still be the connection's) on `s`."""
     s.rc = rc
@@ -285,8 +179,8 @@ cdef int _begin(WState* w, bint joined) noexcept nogil:
             # SQLite rolled the explicit transaction back after an earlier error: writing now
             # would commit each batch on its own.
             return W_ERR_NO_TRANSACTION
-        return _step_done(w.st_savepoint)
-    return _step_done(w.st_begin)
+        return _step_done(w.st[<int>S_SAVEPOINT])
+    return _step_done(w.st[<int>S_BEGIN_WRITE])
 
 
 cdef int _apply(WState* w, WSub** subs, Py_ssize_t start, Py_ssize_t stop,
@@ -298,7 +192,7 @@ cdef int _apply(WState* w, WSub** subs, Py_ssize_t start, Py_ssize_t stop,
     for i in range(start, stop):
         changes = 0
         for j in range(subs[i].nops):
-            rc = _apply_op(w, &subs[i].ops[j], &changes)
+            rc = _apply_op(w.db, w.st, w.blob_min, &subs[i].ops[j], &changes, &w.freeing)
             if rc != SQLITE_OK:
                 bad_sub[0] = i
                 bad_op[0] = j
@@ -316,10 +210,10 @@ cdef int _end(WState* w, WSub** subs, Py_ssize_t n, bint joined, int rc,
     cdef Py_ssize_t i
     if rc == SQLITE_OK:
         if joined:
-            rc = _step_done(w.st_release)
+            rc = _step_done(w.st[<int>S_RELEASE])
         else:
             _touch(w)
-            rc = _step_done(w.st_commit)
+            rc = _step_done(w.st[<int>S_COMMIT])
     if rc == SQLITE_OK:
         for i in range(n):
             subs[i].rc = SQLITE_OK
@@ -329,10 +223,10 @@ cdef int _end(WState* w, WSub** subs, Py_ssize_t n, bint joined, int rc,
     # Undo what the batch did (SQLite may have rolled back already).
     if joined:
         if not sqlite3_get_autocommit(w.db):
-            _step_done(w.st_rollback_to)
-            _step_done(w.st_release)
+            _step_done(w.st[<int>S_ROLLBACK_TO])
+            _step_done(w.st[<int>S_RELEASE])
     elif not sqlite3_get_autocommit(w.db):
-        _step_done(w.st_rollback)
+        _step_done(w.st[<int>S_ROLLBACK])
     return rc
 
 
@@ -701,9 +595,8 @@ cdef class Submission:
     when the submission comes out of its Port)."""
 
     cdef WSub* sub
-    cdef Py_buffer* views
-    cdef Py_ssize_t nviews
-    cdef list keep  # the objects the queued pointers point into
+    cdef _Buffers buffers  # the values' buffers, released when the writer is done
+    cdef list keep  # what the queued pointers point into
     cdef list names  # each operation's key (or prefix), for messages
     cdef Writer writer
     cdef bint queued
@@ -712,20 +605,14 @@ cdef class Submission:
 
     def __cinit__(self):
         self.sub = NULL
-        self.views = NULL
-        self.nviews = 0
         self.queued = False
         self.finished = False
 
     def __dealloc__(self):
-        cdef Py_ssize_t i
         if self.queued and self.sub.state != SUB_DONE:
             # Still in a writer's hands (in a forked child, the parent's): leaking beats
             # freeing memory another thread may read.
             return
-        for i in range(self.nviews):
-            PyBuffer_Release(&self.views[i])
-        free(self.views)
         if self.sub != NULL:
             if self.sub.errmsg != NULL:
                 sqlite3_free(self.sub.errmsg)
@@ -743,13 +630,10 @@ cdef class Submission:
 
     cdef int _finish(self) except -1:
         """Release the buffers, once the writer is done with them."""
-        cdef Py_ssize_t i
         if self.finished:
             return 0
         self.finished = True
-        for i in range(self.nviews):
-            PyBuffer_Release(&self.views[i])
-        self.nviews = 0
+        self.buffers = None
         self.keep = None
         if self.sub.port == NULL:
             # No port lists it: the writer's reference can go. (A port's finished list
@@ -968,19 +852,8 @@ cdef class Writer:
         # outside hold()/release() raises ConcurrentUseError instead of racing the thread.
         db._enter()
         try:
-            w.st_set = db._stmt(S_SET)
-            w.st_set_zb = db._stmt(S_SET_ZB)
-            w.st_set_if_absent = db._stmt(S_SET_IF_ABSENT)
-            w.st_set_if_absent_zb = db._stmt(S_SET_IF_ABSENT_ZB)
-            w.st_delete = db._stmt(S_DELETE)
-            w.st_delete_all = db._stmt(S_DELETE_ALL)
-            w.st_delete_range = db._stmt(S_DELETE_RANGE)
-            w.st_begin = db._stmt(S_BEGIN_WRITE)
-            w.st_commit = db._stmt(S_COMMIT)
-            w.st_rollback = db._stmt(S_ROLLBACK)
-            w.st_savepoint = db._stmt(S_SAVEPOINT)
-            w.st_release = db._stmt(S_RELEASE)
-            w.st_rollback_to = db._stmt(S_ROLLBACK_TO)
+            db._prepare_writes()
+            w.st = db.stmts
             for text, target in ((touch_sql, 0), ("PRAGMA journal_mode = WAL", 1),
                                  (vacuum_sql, 2), ("PRAGMA freelist_count", 3)):
                 if text is None:
@@ -1064,17 +937,12 @@ cdef class Writer:
         waits (GIL released), or with block=False returns None."""
         cdef list items = list(ops)
         cdef Py_ssize_t n = len(items)
-        cdef Py_ssize_t i
         cdef Submission sub = Submission()
         cdef WSub* s
-        cdef WOp* op
-        cdef Key k
-        cdef Py_buffer* view
         cdef WState* w = self.w
-        cdef int64_t nbytes = 0
+        cdef int64_t nbytes
         cdef bint queued = False
         cdef bint stopped = False
-        cdef bytes lower, upper
         self._check()
         if n == 0:
             raise ValueError("a submission needs at least one operation")
@@ -1084,64 +952,17 @@ cdef class Writer:
         sub.sub = s
         sub.writer = self
         s.ops = <WOp*>calloc(n, sizeof(WOp))
-        sub.views = <Py_buffer*>malloc(n * sizeof(Py_buffer))
-        if s.ops == NULL or sub.views == NULL:
+        if s.ops == NULL:
             raise MemoryError()
         s.nops = n
         s.txn = token
         s.port = port.port if port is not None else NULL
         s.hinted = port is not None
         s.failed = -1
+        sub.buffers = _Buffers(n)
         sub.keep = []
         sub.names = []
-        for i in range(n):
-            kind, key, value = items[i]
-            op = &s.ops[i]
-            sub.names.append(key)
-            if kind == "set" or kind == "set_if_absent":
-                op.kind = W_SET if kind == "set" else W_SET_IF_ABSENT
-                _key(key, &k)
-                sub.keep.append(key)
-                view = &sub.views[sub.nviews]
-                PyObject_GetBuffer(value, view, PyBUF_SIMPLE)
-                sub.nviews += 1
-                if view.len > _MAX_VALUE:
-                    raise _errors.ValueTooLargeError(
-                        f"{self.path!r}: the value for {key!r} has {view.len:,} bytes, over the "
-                        f"limit of {_MAX_VALUE:,} bytes of a SQLiteStore file; nothing was "
-                        "written (use smaller chunks or shards)",
-                        code=SQLITE_TOOBIG, filename=self.path,
-                    )
-                op.key = k.data
-                op.nkey = k.size
-                op.val = <const char*>view.buf
-                op.nval = view.len
-                op.has_val = True
-                nbytes += view.len + k.size
-            elif kind == "delete":
-                op.kind = W_DELETE
-                _key(key, &k)
-                sub.keep.append(key)
-                op.key = k.data
-                op.nkey = k.size
-                nbytes += k.size
-            elif kind == "delete_prefix":
-                op.kind = W_DELETE_RANGE
-                lower = _prefix_bytes(key)
-                upper = _upper_bound(lower) if lower else None
-                if lower and upper is None:
-                    raise _errors.InvalidKeyError(f"invalid prefix {key!r}")
-                sub.keep.append(lower)
-                op.key = lower
-                op.nkey = len(lower)
-                if upper is not None:
-                    sub.keep.append(upper)
-                    op.val = upper
-                    op.nval = len(upper)
-                    op.has_val = True
-                nbytes += len(lower)
-            else:
-                raise ValueError(f"unknown write operation {kind!r}")
+        nbytes = _gather_ops(items, s.ops, sub.buffers, sub.keep, sub.names, self.path)
         s.nbytes = nbytes
         with nogil:
             zt_mutex_lock(&w.mu)
