@@ -16,9 +16,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "find_python.sh"
 
-pytestmark = pytest.mark.skipif(
-    sys.platform == "win32" or shutil.which("sh") is None, reason="a POSIX shell script"
-)
+pytestmark = [
+    pytest.mark.skipif(not SCRIPT.exists(), reason="scripts/ is not beside the tests"),
+    pytest.mark.skipif(
+        sys.platform == "win32" or shutil.which("sh") is None, reason="a POSIX shell script"
+    ),
+]
 
 # Runs the -c code it is given in this Python, after making sys.version_info, sys.executable
 # and (for a free-threaded stand-in) sysconfig's Py_GIL_DISABLED say what the stand-in is.
