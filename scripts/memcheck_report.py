@@ -80,16 +80,20 @@ def read_pids(logdir: Path) -> tuple[list[int], list[int], dict[int, int]]:
     return main, forked, done
 
 
-def valgrind(logdir: Path) -> int:
-    main, forked, done = read_pids(logdir)
-    problems = []
-    if not main:
-        problems.append("pytest never started under valgrind (no pid recorded)")
+def pytest_problems(main: list[int], done: dict[int, int]) -> list[str]:
+    """Whether pytest started, finished and passed."""
+    problems = [] if main else ["pytest never started (no pid recorded)"]
     for pid in main:
         if pid not in done:
             problems.append(f"pytest (pid {pid}) did not finish")
         elif done[pid] != 0:
             problems.append(f"pytest failed (exit status {done[pid]}); see pytest.log")
+    return problems
+
+
+def valgrind(logdir: Path) -> int:
+    main, forked, done = read_pids(logdir)
+    problems = pytest_problems(main, done)
     expected = set(main) | set(forked)
     for pid in sorted(expected):
         log = logdir / f"valgrind.{pid}.log"
@@ -148,14 +152,7 @@ def valgrind(logdir: Path) -> int:
 
 def asan(logdir: Path) -> int:
     main, _, done = read_pids(logdir)
-    problems = []
-    if not main:
-        problems.append("pytest never started (no pid recorded)")
-    for pid in main:
-        if pid not in done:
-            problems.append(f"pytest (pid {pid}) did not finish")
-        elif done[pid] != 0:
-            problems.append(f"pytest failed (exit status {done[pid]}); see pytest.log")
+    problems = pytest_problems(main, done)
     errors, leaks, elsewhere = [], [], 0
     logs = sorted(glob.glob(str(logdir / "asan.*")))
     for log in logs:

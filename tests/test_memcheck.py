@@ -61,7 +61,8 @@ thread_error = (
     "==1== Memcheck, a memory error detector\\n==1== \\n"
     "==1== Thread 2:\\n"
     "==1== Invalid read of size 4\\n"
-    "==1==    at 0x4849F3B: sqlite3VdbeExec (in /venv/site-packages/zarrdb/_core.cpython-312-x86_64-linux-gnu.so)\\n"
+    "==1==    at 0x4849F3B: sqlite3VdbeExec "
+    "(in /venv/site-packages/zarrdb/_core.cpython-312-x86_64-linux-gnu.so)\\n"
     "==1==    by 0x4849F3C: start_thread (pthread_create.c:442)\\n"
     "==1==  Address 0x5a1b040 is 0 bytes after a block of size 16 alloc'd\\n"
     "==1== \\n==1== ERROR SUMMARY: 1 errors\\n"
@@ -80,6 +81,19 @@ sys.exit(status)
 """
 
 
+def memcheck(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+    """scripts/memcheck.sh ARGS with this test's Python (nothing built) and the environment
+    variables given."""
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MEMCHECK_PYTHON": sys.executable, **env},
+        cwd=cwd,
+        timeout=900,
+    )
+
+
 @pytest.fixture
 def run_memcheck(tmp_path):
     """Runs scripts/memcheck.sh on this test's Python (nothing built) over a small pytest file,
@@ -94,19 +108,11 @@ def run_memcheck(tmp_path):
     def run(mode: str, extra_test: str = "") -> tuple[int, str]:
         if extra_test:
             (target / "test_extra.py").write_text(extra_test)
-        env = dict(os.environ)
-        env.update(
-            MEMCHECK_PYTHON=sys.executable,
+        out = memcheck(
+            str(target),
             MEMCHECK_LOGDIR=str(tmp_path / f"logs-{mode}"),
             VALGRIND=str(valgrind),
             STANDIN_MODE=mode,
-        )
-        out = subprocess.run(
-            ["bash", str(SCRIPT), str(target)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
         )
         return out.returncode, out.stdout + out.stderr
 
@@ -253,15 +259,7 @@ def test_asan_mode_refuses_an_extension_built_without_it(tmp_path):
 
     if b"__asan_init" in Path(_core.__file__).read_bytes():
         pytest.skip("this environment's extension is an ASan build")
-    env = {**os.environ, "MEMCHECK_PYTHON": sys.executable, "MEMCHECK_LOGDIR": str(tmp_path)}
-    out = subprocess.run(
-        ["bash", str(SCRIPT), "--asan", "tests/test_build.py"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=120,
-    )
+    out = memcheck("--asan", "tests/test_build.py", cwd=ROOT, MEMCHECK_LOGDIR=str(tmp_path))
     assert out.returncode == 2, out.stdout + out.stderr
     assert "is not linked against an AddressSanitizer runtime" in out.stderr
 
@@ -310,18 +308,8 @@ def test_real_valgrind_finds_an_invalid_read_on_a_c_thread(tmp_path):
             """
         )
     )
-    env = {
-        **os.environ,
-        "MEMCHECK_PYTHON": sys.executable,
-        "MEMCHECK_LOGDIR": str(tmp_path / "logs"),
-        "MEMCHECK_OURS": r"threadbug\.c:\d+",
-    }
-    out = subprocess.run(
-        ["bash", str(SCRIPT), str(target)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
+    out = memcheck(
+        str(target), MEMCHECK_LOGDIR=str(tmp_path / "logs"), MEMCHECK_OURS=r"threadbug\.c:\d+"
     )
     assert out.returncode == 1, out.stdout + out.stderr
     assert "1 error(s) in zarrdb's extension" in out.stdout

@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from test_packaging import CP, PYTHONS  # tests/ is on sys.path (pytest's rootdir)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,11 +118,16 @@ def test_wheel_workflow_has_a_runner_for_every_architecture_cibuildwheel_builds(
     """The workflow gives each job one architecture (CIBW_ARCHS); together the jobs must cover
     every architecture of [tool.cibuildwheel], for every Python of the build list."""
     config = _pyproject()["tool"]["cibuildwheel"]
-    wanted = {(plat, arch) for plat in ("linux", "macos", "windows") for arch in config[plat]["archs"]}
+    wanted = {
+        (plat, arch) for plat in ("linux", "macos", "windows") for arch in config[plat]["archs"]
+    }
     wheels = _yaml("wheels.yml")
     job = wheels["jobs"]["wheels"]
     runners = {
-        ("linux" if "ubuntu" in e["os"] else "macos" if "macos" in e["os"] else "windows", e["arch"])
+        (
+            "linux" if "ubuntu" in e["os"] else "macos" if "macos" in e["os"] else "windows",
+            e["arch"],
+        )
         for e in job["strategy"]["matrix"]["include"]
     }
     assert runners == wanted
@@ -283,6 +287,8 @@ def test_the_test_extra_builds_with_the_build_requirements():
     """The sdist tests build one: the test extra asks for the build requirements, at the same
     floors."""
     project = _pyproject()
-    extra = {r.split(">=")[0].lower(): r for r in project["project"]["optional-dependencies"]["test"]}
+    extra = {
+        r.split(">=")[0].lower(): r for r in project["project"]["optional-dependencies"]["test"]
+    }
     for requirement in project["build-system"]["requires"]:
         assert extra.get(requirement.split(">=")[0].lower()) == requirement
