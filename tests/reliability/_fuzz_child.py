@@ -15,12 +15,15 @@ before it passed, each stopping at its first exception:
 - "write-open" (for every file): SQLiteStore opened for writing, check();
 - "write": one set, then close() (checkpoint, back to DELETE mode).
 After each file it reports the file descriptors and threads the process has beyond those it
-had before the first file (a store that leaves a connection open leaves its descriptor).
+had before the first file (a store that leaves a connection open leaves its descriptor). A
+file that takes longer than SECONDS_PER_FILE (ZARRDB_FUZZ_FILE_SECONDS, default 20) is a hang:
+faulthandler prints every thread's stack to stderr and the process exits with status 1.
 """
 
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import json
 import os
 import sys
@@ -29,6 +32,7 @@ import traceback
 import warnings
 
 MAX_ARRAY_BYTES = 1_000_000
+SECONDS_PER_FILE = float(os.environ.get("ZARRDB_FUZZ_FILE_SECONDS", "20"))
 
 
 def describe(exc: BaseException) -> dict:
@@ -200,9 +204,11 @@ def main(directory: str) -> None:
             continue
         path = os.path.join(directory, name)
         print(f"start {name}", flush=True)
+        faulthandler.dump_traceback_later(SECONDS_PER_FILE, exit=True)
         report: dict = {"file": name}
         read_layers(path, report)
         write_layers(path, report)
+        faulthandler.cancel_dump_traceback_later()
         now = open_descriptors()
         report["extra_descriptors"] = None if now is None else now - descriptors
         report["extra_threads"] = os_threads() - threads

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import random
+import re
 import sqlite3
 import subprocess
 import tempfile
@@ -262,37 +264,80 @@ def allowed(layer: str, outcome: dict) -> bool:
 FUZZ_CHILD = [PYTHON, "-m", "reliability._fuzz_child"]
 
 
-def run_fuzz_batch(files: list[bytes], labels: list, child: list[str] = FUZZ_CHILD) -> list[dict]:
-    """Runs the child over the files; its reports (one per file), after checking them."""
+# Hangs already known, by where the stack of the hung process ends (faulthandler's dump):
+# each has a regression test that fails (strict xfail) once it is fixed, then goes from here.
+KNOWN_HANGS = {
+    r'zarrdb[/\\]store\.py", line \d+ in list_dir\n': (
+        "list_dir loops when a damaged key index returns a key that is not past the cursor "
+        "(test_bad_files.py::test_list_dir_over_a_key_index_out_of_order)"
+    ),
+}
+
+
+def known_hang(stderr: str) -> str | None:
+    if "Timeout (" not in stderr:
+        return None
+    for pattern, what in KNOWN_HANGS.items():
+        if re.search(pattern, stderr):
+            return what
+    return None
+
+
+def run_fuzz_batch(
+    files: list[bytes], labels: list, child: list[str] = FUZZ_CHILD, known: list | None = None
+) -> list[dict]:
+    """Runs the child over the files; its reports (one per file), after checking them. A file
+    on which the child hangs in a known way is noted in `known` and the child goes on with the
+    files after it; any other hang, and any crash, fails."""
+    reports = []
     with tempfile.TemporaryDirectory(prefix="zarrdb-fuzz-") as directory:
         for i, data in enumerate(files):
             Path(directory, f"case-{i:03d}.zarrdb").write_bytes(data)
-        try:
-            out = subprocess.run(
-                [*child, directory],
-                capture_output=True,
-                text=True,
-                env=child_env(),
-                cwd=TESTS_DIR,
-                timeout=60,
-            )
-        except subprocess.TimeoutExpired as exc:
-            started = [
-                line
-                for line in (exc.stdout or b"").decode().splitlines()
-                if line.startswith("start ")
-            ]
-            raise AssertionError(f"hang: no answer within 60 s, last {started[-1:]}") from None
-    lines = out.stdout.splitlines()
-    if out.returncode != 0 or not lines or lines[-1] != "end":
-        started = [line.split(" ", 1)[1] for line in lines if line.startswith("start ")]
-        culprit = started[-1] if started else "?"
-        index = int(culprit[5:8]) if culprit.startswith("case-") else None
-        raise AssertionError(
-            f"the reading process died (exit {out.returncode}) on {culprit}: "
-            f"{labels[index] if index is not None else ''}\n{out.stderr[-3000:]}"
+        while True:
+            out = _run_child(child, directory)
+            lines = out.stdout.splitlines()
+            reports += [json.loads(line) for line in lines if line.startswith("{")]
+            if out.returncode == 0 and lines and lines[-1] == "end":
+                break
+            started = [line.split(" ", 1)[1] for line in lines if line.startswith("start ")]
+            culprit = started[-1] if started else "?"
+            index = int(culprit[5:8]) if culprit.startswith("case-") else None
+            label = labels[index] if index is not None else ""
+            what = known_hang(out.stderr)
+            if what is None or known is None or index is None:
+                kind = "hung (no answer)" if "Timeout (" in out.stderr else "died"
+                raise AssertionError(
+                    f"the reading process {kind} (exit {out.returncode}) on {culprit}: "
+                    f"{label}\n{out.stderr[-3000:]}"
+                )
+            known.append((culprit, label, what))
+            for name in sorted(os.listdir(directory)):
+                if name <= culprit:
+                    os.remove(os.path.join(directory, name))
+    check_reports(reports, labels)
+    return reports
+
+
+def _run_child(child: list[str], directory: str) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(
+            [*child, directory],
+            capture_output=True,
+            text=True,
+            env=child_env(),
+            cwd=TESTS_DIR,
+            timeout=BATCH * 30,  # the child itself stops at 20 s on one file
         )
-    reports = [json.loads(line) for line in lines if line.startswith("{")]
+    except subprocess.TimeoutExpired as exc:
+        started = [
+            line for line in (exc.stdout or b"").decode().splitlines() if line.startswith("start ")
+        ]
+        raise AssertionError(
+            f"hang: no answer within {BATCH * 30} s, last {started[-1:]}"
+        ) from None
+
+
+def check_reports(reports: list[dict], labels: list) -> None:
     problems = []
     for report in reports:
         label = labels[int(report["file"][5:8])]
@@ -310,8 +355,6 @@ def run_fuzz_batch(files: list[bytes], labels: list, child: list[str] = FUZZ_CHI
         if report["extra_threads"] > THREAD_SLACK:
             problems.append(f"{report['file']} {label}: {report['extra_threads']} thread(s) more")
     assert not problems, "\n\n".join(problems[:5])
-    assert len(reports) == len(files), (len(reports), len(files))
-    return reports
 
 
 class Tally:
@@ -326,6 +369,7 @@ class Tally:
             collections.Counter
         )
         self.sidecars = 0
+        self.known: list[tuple] = []  # (file, its mutations, which known hang)
 
     def add(self, steps, report: dict) -> None:
         self.files += 1
@@ -345,7 +389,11 @@ class Tally:
         def pct(k: int) -> str:
             return f"{k} ({100 * k / n:.0f}%)" if n else "0"
 
-        out = [f"{title}: {n} mutated files, no crash, hang or leak; reached (passed) each layer:"]
+        n += len(self.known)
+        out = [
+            f"{title}: {n} mutated files, no crash, no leak, no hang but {len(self.known)} known; "
+            "reached (passed) each layer:"
+        ]
         out.append(
             "  "
             + ", ".join(
@@ -360,6 +408,8 @@ class Tally:
         out.append(
             f"  files left with a -wal/-shm/-journal beside them after close: {self.sidecars}"
         )
+        for name, label, what in self.known:
+            out.append(f"  known hang: {name} {label}: {what}")
         return out
 
 
@@ -384,8 +434,9 @@ def _fuzz(bases: dict[str, bytes], examples: int) -> Tally:
         rng = random.Random(seed)
         batch = [random_case(rng, regions) for _ in range(BATCH)]
         files = [mutate(bases[base], regions[base], steps) for base, steps in batch]
-        for (_, steps), report in zip(batch, run_fuzz_batch(files, batch)):
-            tally.add(steps, report)
+        reports = run_fuzz_batch(files, batch, known=tally.known)
+        for report in reports:
+            tally.add(batch[int(report["file"][5:8])][1], report)
 
     body()
     return tally
@@ -393,7 +444,7 @@ def _fuzz(bases: dict[str, bytes], examples: int) -> Tally:
 
 def _check_and_report(request, tally: Tally, title: str) -> None:
     request.config.stash[FUZZ_SUMMARY].extend(tally.lines(title))
-    assert tally.reached["read"] >= tally.files / 2, tally.lines(title)
+    assert tally.reached["read"] >= (tally.files + len(tally.known)) / 2, tally.lines(title)
 
 
 def test_fuzz_mutated_files(fuzz_bases, request):
@@ -514,3 +565,35 @@ def test_mutations_land_where_they_are_aimed(fuzz_bases):
     changed = mutate(data, regions, [("pointer", "overflow", 3, 0)])
     assert changed[at : at + 4] == bytes(4) and data[at : at + 4] != bytes(4)
     assert len(mutate(data, regions, [("truncate", 10)])) == len(data) - 10
+
+
+HANGING_CHILD = """
+import json, os, sys
+names = sorted(os.listdir(sys.argv[1]))
+for name in names:
+    print(f"start {{name}}", flush=True)
+    if name == "case-001.zarrdb":
+        sys.stderr.write(
+            "Timeout (0:00:20)!\\nThread 0x00007f (most recent call first):\\n"
+            '  File "/venv/site-packages/zarrdb/store.py", line 1071 in {function}\\n'
+        )
+        sys.exit(1)
+    report = {{"file": name, "open": {{"ok": True}}, "sidecars": [],
+               "extra_descriptors": 0, "extra_threads": 0}}
+    print(json.dumps(report), flush=True)
+print("end", flush=True)
+"""
+
+
+def test_fuzz_harness_goes_on_after_a_known_hang_and_fails_on_another():
+    """A file on which the child hangs where a known hang does is noted, and the files after
+    it are still read (by a new child); a hang anywhere else fails the batch."""
+    labels = [("stdlib", [("flip", "index", i, 0)]) for i in range(3)]
+    known: list = []
+    script = HANGING_CHILD.format(function="list_dir")
+    reports = run_fuzz_batch([b"x"] * 3, labels, child=[PYTHON, "-c", script], known=known)
+    assert [r["file"] for r in reports] == ["case-000.zarrdb", "case-002.zarrdb"]
+    assert [(name, label) for name, label, _ in known] == [("case-001.zarrdb", labels[1])]
+    script = HANGING_CHILD.format(function="list_prefix")
+    with pytest.raises(AssertionError, match=r"hung \(no answer\) \(exit 1\) on case-001"):
+        run_fuzz_batch([b"x"] * 3, labels, child=[PYTHON, "-c", script], known=[])
