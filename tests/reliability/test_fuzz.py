@@ -478,7 +478,9 @@ def test_fuzz_harness_catches_a_crash():
     labels = [("stdlib", [("flip", "header", i, 0)]) for i in range(3)]
     with pytest.raises(
         AssertionError,
-        match=r"died \(exit -11\) on case-001.zarrdb: \('stdlib', \[\('flip', 'header', 1, 0\)\]\)",
+        # (-11: SIGSEGV; a sanitizer's handler may end the process with a status of its own)
+        match=r"died \(exit -?\d+\) on case-001.zarrdb: "
+        r"\('stdlib', \[\('flip', 'header', 1, 0\)\]\)",
     ):
         run_fuzz_batch([b"x" * 100] * 3, labels, child=[PYTHON, "-c", script])
 
