@@ -12,9 +12,10 @@
 # not counted (it leaves with os._exit and frees nothing by design), its other errors are.
 # CPython run under valgrind reports errors of its own: scripts/valgrind-python.supp silences
 # known false positives and scripts/memcheck_report.py counts only errors with zarrdb's
-# extension on the stack. tests/core took 11 minutes on two busy cores, niced (valgrind runs
-# Python 20-50 times slower), the debug build 1-2 minutes more; a test that cannot pass that
-# slowly is skipped by name, with its reason, in scripts/memcheck_plugin.py (none is today).
+# extension on the stack. tests/core took 9 minutes under valgrind on two busy cores, niced
+# (it runs Python 20-50 times slower), the debug build 1-2 minutes more; a test that cannot
+# pass that slowly is skipped by name, with its reason, in scripts/memcheck_plugin.py (none
+# is today).
 #
 # --asan: an AddressSanitizer build (ZARRDB_SANITIZE=address) in .venv/asan-pyX.Y runs the
 # whole default test suite with the ASan runtime preloaded and Python's allocations going
