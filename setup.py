@@ -6,8 +6,13 @@ the extension, and the SQLite compile options in one list.
 Environment:
     ZARRDB_SYSTEM_SQLITE=1   build against the system libsqlite3 instead of vendor/sqlite3/
                              (for distributions; the compile options below then do not apply).
-    ZARRDB_DEBUG=1           no optimisation, debug symbols, SQLite's internal assertions off
-                             still (for valgrind / sanitizers).
+    ZARRDB_DEBUG=1           no optimisation, debug information, SQLite's internal assertions
+                             off still (for valgrind: scripts/memcheck.sh).
+    ZARRDB_SANITIZE=address  AddressSanitizer (gcc or clang): light optimisation, debug
+                             information, frame pointers (scripts/memcheck.sh --asan).
+Otherwise (a release build, e.g. every wheel) the extension is optimised and carries no debug
+information: it is compiled without, and on Linux linked with the debug sections stripped;
+function names stay, for readable crash stacks.
 """
 
 import os
@@ -56,6 +61,9 @@ if sys.platform != "win32":
 
 SYSTEM_SQLITE = os.environ.get("ZARRDB_SYSTEM_SQLITE", "") not in ("", "0")
 DEBUG = os.environ.get("ZARRDB_DEBUG", "") not in ("", "0")
+SANITIZE = os.environ.get("ZARRDB_SANITIZE", "")
+if SANITIZE not in ("", "address"):
+    sys.exit(f"ZARRDB_SANITIZE={SANITIZE!r}: only 'address' is supported")
 
 
 class BuildExt(build_ext):
@@ -63,11 +71,25 @@ class BuildExt(build_ext):
 
     def build_extensions(self):
         unix_like = self.compiler.compiler_type in ("unix", "mingw32", "cygwin")
+        if SANITIZE and not unix_like:
+            sys.exit("ZARRDB_SANITIZE needs gcc or clang")
         for ext in self.extensions:
             if unix_like:
                 # The amalgamation with SQLITE_API=static leaves unused static functions.
                 ext.extra_compile_args += ["-Wno-unused-function"]
-                ext.extra_compile_args += ["-O0", "-g"] if DEBUG else ["-O2"]
+                if SANITIZE:
+                    flags = ["-O1", "-g", "-fno-omit-frame-pointer", f"-fsanitize={SANITIZE}"]
+                    ext.extra_compile_args += flags
+                    ext.extra_link_args += [f"-fsanitize={SANITIZE}"]
+                elif DEBUG:
+                    ext.extra_compile_args += ["-O0", "-g"]
+                else:
+                    # -g0 overrides the -g of Python's own CFLAGS; the linker drops any debug
+                    # sections that remain (ELF linkers; macOS keeps debug information out of
+                    # the extension anyway).
+                    ext.extra_compile_args += ["-O2", "-g0"]
+                    if sys.platform.startswith(("linux", "freebsd")):
+                        ext.extra_link_args += ["-Wl,--strip-debug"]
             elif self.compiler.compiler_type == "msvc":
                 ext.extra_compile_args += ["/Od", "/Zi"] if DEBUG else ["/O2"]
         super().build_extensions()

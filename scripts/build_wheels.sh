@@ -2,12 +2,15 @@
 # Builds zarrdb's release files on this Linux machine and checks them as a user would get them:
 #
 #   1. cibuildwheel's build list (--print-build-identifiers for linux, macos and windows) is
-#      exactly the published set: CPython 3.11-3.13 on manylinux x86_64/aarch64, musllinux
+#      exactly the published set: CPython 3.11-3.14 on manylinux x86_64/aarch64, musllinux
 #      x86_64, macOS x86_64/arm64 and Windows AMD64 (CI builds those; no Docker needed here);
 #   2. the sdist (python -m build --sdist, from a copy of the checkout) carries the vendored
 #      SQLite with its licence and checksums and the sources, and no build products;
 #   3. a wheel built from that sdist, repaired by auditwheel to a manylinux tag, links no
-#      libsqlite3 (auditwheel show) and carries the SQLite licence;
+#      libsqlite3 (auditwheel show), carries the SQLite licence and an extension without debug
+#      information. Built here, the wheel is tagged for THIS machine's glibc (manylinux_2_34 on
+#      glibc 2.34 and newer, say), not the manylinux_2_28 of the published wheels, which
+#      cibuildwheel builds inside the manylinux_2_28 image; the script says which it got;
 #   4. that wheel installed into a fresh virtual environment reports SQLite 3.53.4 (the version
 #      in vendor/sqlite3/VERSION), is imported from site-packages, and passes the test suite,
 #      run from a copy of tests/ outside the source tree.
@@ -66,7 +69,7 @@ tar -C "$REPO" -cf - \
     --exclude=.mypy_cache --exclude=.ruff_cache . | tar -C "$WORK/tree" -xf -
 expected_ids() {
     local v plat plats
-    for v in 311 312 313; do
+    for v in 311 312 313 314; do
         case $1 in
             linux) plats="manylinux_x86_64 manylinux_aarch64 musllinux_x86_64" ;;
             macos) plats="macosx_x86_64 macosx_arm64" ;;
@@ -84,7 +87,7 @@ for platform in linux macos windows; do
     [ "$(echo "$got" | sort)" = "$(expected_ids "$platform")" ] \
         || fail "$platform builds differ from the expected: $(echo $(expected_ids "$platform"))"
 done
-ok "exactly CPython 3.11-3.13 x (manylinux x86_64, aarch64; musllinux x86_64;" \
+ok "exactly CPython 3.11-3.14 x (manylinux x86_64, aarch64; musllinux x86_64;" \
     "macOS x86_64, arm64; Windows AMD64)"
 
 # --------------------------------------------------------------------------------------------
@@ -175,6 +178,26 @@ esac
 audit "$WHEEL"
 ok "$(basename "$WHEEL"): no libsqlite3"
 
+step "the platform tag of a wheel built on this machine"
+"$TOOLS/bin/python" - "$WHEEL" <<'EOF' || fail "the platform tag"
+import platform, re, sys
+from pathlib import Path
+
+name = Path(sys.argv[1]).name
+libc, version = platform.libc_ver()
+tags = re.findall(r"manylinux_(\d+)_(\d+)_", name)
+needed = min((int(a), int(b)) for a, b in tags)
+host = tuple(int(x) for x in version.split(".")[:2])
+print(f"    {name}")
+print(f"    This wheel was built on this machine ({libc} {version}) and is tagged for glibc "
+      f"{needed[0]}.{needed[1]} or newer: that is what the symbols it links need here, not")
+print("    what the published wheels promise. Those are built by cibuildwheel inside the")
+print("    manylinux_2_28 image (.github/workflows/wheels.yml) and are tagged manylinux_2_28:")
+print("    glibc 2.28 or newer.")
+sys.exit(0 if needed <= host else 1)
+EOF
+ok "tagged for at most this machine's glibc"
+
 step "wheel contents"
 "$TOOLS/bin/python" - "$WHEEL" "$REPO/vendor/sqlite3/LICENSE.md" <<'EOF' || fail "wheel contents"
 import sys, zipfile
@@ -199,11 +222,13 @@ with zipfile.ZipFile(wheel) as zf:
     if "License-File: vendor/sqlite3/LICENSE.md" not in zf.read(f"{dist_info}/METADATA").decode():
         problems.append("METADATA names no License-File vendor/sqlite3/LICENSE.md")
     problems += [f"unwanted {n}" for n in names if n.endswith((".c", ".h", ".pyx", ".pxd", ".pyc"))]
+    size = zf.getinfo(ext[0]).file_size if ext else 0
     problems += [f"grafted library {n}" for n in names if ".libs/" in n]
 for p in problems:
     print("    " + p)
-print(f"    {len(names)} files: zarrdb/ with {ext[0] if ext else '?'}, "
+print(f"    {len(names)} files: zarrdb/ with {ext[0] if ext else '?'} ({size:,} bytes), "
       f"{dist_info}/licenses/LICENSE and licenses/vendor/sqlite3/LICENSE.md (= the vendored file)")
+print(f"    the wheel: {wheel.stat().st_size:,} bytes")
 sys.exit(1 if problems else 0)
 EOF
 ok "the wheel carries the extension and the SQLite licence, no sources, no grafted libraries"

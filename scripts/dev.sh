@@ -33,7 +33,7 @@ build() {
     fi
     if [ ! -f "$stamp" ] || [ -n "$changed" ]; then
         echo "zarrdb: building zarrdb into $VENV" >&2
-        "$VENV/bin/python" -m pip install --quiet --upgrade pip "setuptools>=77" "Cython>=3.0.10"
+        "$VENV/bin/python" -m pip install --quiet --upgrade pip "setuptools>=77" "Cython>=3.1.4"
         "$VENV/bin/python" -m pip install --quiet --no-build-isolation -e .
         touch "$stamp"
     fi

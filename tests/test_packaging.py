@@ -26,17 +26,18 @@ SOURCE_TREE = all(
     p.exists() for p in (ROOT / "setup.py", ROOT / "MANIFEST.in", ROOT / "src" / "zarrdb")
 )
 
-# The wheels the project publishes: CPython 3.11-3.13 on each platform and architecture.
+# The wheels the project publishes: CPython 3.11-3.14 on each platform and architecture (no
+# free-threaded build).
+PYTHONS = ("3.11", "3.12", "3.13", "3.14")
+CP = [f"cp{v.replace('.', '')}" for v in PYTHONS]
 EXPECTED_BUILDS = {
     "linux": [
-        f"cp{v}-{plat}"
-        for v in (311, 312, 313)
+        f"{v}-{plat}"
+        for v in CP
         for plat in ("manylinux_x86_64", "manylinux_aarch64", "musllinux_x86_64")
     ],
-    "macos": [
-        f"cp{v}-{plat}" for v in (311, 312, 313) for plat in ("macosx_x86_64", "macosx_arm64")
-    ],
-    "windows": [f"cp{v}-win_amd64" for v in (311, 312, 313)],
+    "macos": [f"{v}-{plat}" for v in CP for plat in ("macosx_x86_64", "macosx_arm64")],
+    "windows": [f"{v}-win_amd64" for v in CP],
 }
 
 # Anything built or left over by a test run that must never reach an sdist.

@@ -17,6 +17,7 @@ import contextlib
 import os
 import secrets
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Iterator
@@ -247,7 +248,7 @@ class Connections:
             readers, self.readers = self.readers, []
             self.idle_readers = []
         for db in readers:
-            db.close()
+            _close_when_free(db)
         writing, self.writing = self.writing, None
         if writing is None:
             if self.made_sidecars:
@@ -286,6 +287,21 @@ class Connections:
                 )
         finally:
             db.close()
+
+
+def _close_when_free(db: Database, wait: float = 5.0) -> None:
+    """Close a read connection another thread may be in the middle of using (zarr's reads of
+    a call that failed go on in its own thread after the caller got the error): wait for that
+    read to end, then close."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            db.close()
+            return
+        except errors.ConcurrentUseError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.001)
 
 
 def _header_says_wal(path: str) -> bool:

@@ -13,6 +13,17 @@ from pathlib import Path
 import pytest
 
 _HERE = Path(__file__).resolve().parent
+# Lines the fuzz tests leave for the end of the test output (how far the mutated files got).
+FUZZ_SUMMARY = pytest.StashKey[list]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[FUZZ_SUMMARY] = []
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    for line in config.stash.get(FUZZ_SUMMARY, []):
+        terminalreporter.write_line(line)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,0 +1,59 @@
+"""pytest plugin of scripts/memcheck.sh (loaded with -p memcheck_plugin; not part of zarrdb).
+
+- Records, in $MEMCHECK_LOGDIR/pids, the pid of the pytest process ("main PID") and of every
+  child it forks with os.fork() ("fork PID": tests/core/helpers.run_in_child, the fork tests),
+  so that the report knows which valgrind logs must exist. Children started with subprocess
+  (fork + exec in C) are not recorded: they run another program.
+- Skips, by node id, the tests that cannot pass under the checker ($MEMCHECK_MODE: valgrind or
+  asan) for a reason that is not a memory error: they time something, or wait with a timeout
+  that the checker's slowdown exceeds. Each entry says why (tests/test_memcheck.py checks that
+  every listed test exists).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Under valgrind everything runs 20-50 times slower; a test that measures time or gives a child
+# process a few seconds would be listed here (tests/core passed whole under valgrind, so none is).
+VALGRIND_SKIPS: dict[str, str] = {}
+# AddressSanitizer keeps freed memory in quarantine and maps shadow memory: a process's size
+# says nothing about zarrdb then.
+ASAN_SKIPS = {
+    "tests/store/test_concurrency.py::test_large_assignment_keeps_memory_bounded": (
+        "measures the process's peak memory"
+    ),
+}
+SKIPS = {"valgrind": VALGRIND_SKIPS, "asan": ASAN_SKIPS}
+
+
+def _record(line: str) -> None:
+    logdir = os.environ.get("MEMCHECK_LOGDIR")
+    if logdir:
+        fd = os.open(os.path.join(logdir, "pids"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{line}\n".encode())
+        finally:
+            os.close(fd)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _record(f"main {os.getpid()}")
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=lambda: _record(f"fork {os.getpid()}"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mode = os.environ.get("MEMCHECK_MODE", "")
+    skips = SKIPS.get(mode, {})
+    for item in items:
+        # an entry names a test, or one parametrised case of it
+        reason = skips.get(item.nodeid) or skips.get(item.nodeid.split("[", 1)[0])
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=f"under {mode}: {reason}"))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _record(f"done {os.getpid()} {int(exitstatus)}")
