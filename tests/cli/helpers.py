@@ -24,6 +24,19 @@ def run(
     )
 
 
+def run_here(capsys, *args: object) -> tuple[int, str, str]:
+    """`zarrdb ARGS...` in this process (the same main() the command runs): (exit code,
+    stdout, stderr). Quicker than a new process, and it reaches servers this process runs."""
+    from zarrdb import cli
+
+    try:
+        code = cli.main([str(a) for a in args])
+    except SystemExit as stop:  # argparse's own errors leave through SystemExit
+        code = stop.code
+    captured = capsys.readouterr()
+    return int(code or 0), captured.out, captured.err
+
+
 def run_many(
     commands: Sequence[Sequence[object]], timeout: float = 120
 ) -> list[subprocess.CompletedProcess[str]]:

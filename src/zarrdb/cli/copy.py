@@ -1,7 +1,8 @@
 """`zarrdb copy`: a whole hierarchy, or one sub-tree, between any two stores, byte for byte.
 
 The run has four steps: `plan` (what to copy, where to write, refusing bad input before
-anything is written), `transfer` (batches of values, under a temporary name for a new store),
+anything is written), `transfer` (batches of values, under a temporary name for a new store;
+a whole .zarrdb at a URL copied to a new .zarrdb is downloaded byte for byte instead),
 `verify` (every key and value of the copy against the source, with --verify) and `report`.
 """
 
@@ -16,25 +17,30 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from zarrdb import conformance
+from zarrdb import conformance, remote
 from zarrdb.cli import hierarchy
 from zarrdb.cli.common import (
     add_busy_timeout,
+    add_storage_options,
     byte_size,
     display,
     emit_json,
     epilog,
     human,
     inner_path,
+    storage_options,
 )
 from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput
 from zarrdb.cli.stores import (
+    URL_HELP,
     Location,
     classify,
     closing,
     key_sizes,
     open_store,
     put_in_place,
+    remote_errors,
+    remote_options,
     remove,
     temporary_sibling,
     write_many,
@@ -48,7 +54,8 @@ BATCH_KEYS = 10_000
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "source", metavar="SRC", help="a .zarrdb file, a .zip file, a directory, or a URL (fsspec)"
+        "source", metavar="SRC", help="a .zarrdb file (also at a URL), a .zip file, a directory, "
+        "or a URL (fsspec)"
     )
     parser.add_argument(
         "dest",
@@ -95,17 +102,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     progress.add_argument("--no-progress", dest="progress", action="store_false")
     add_busy_timeout(parser)
+    add_storage_options(parser)
     parser.epilog = epilog(
         "Values are copied byte for byte (no decoding), in batches of at most --batch-bytes,\n"
         "each written in one transaction. The kind of store is told by the file's content for\n"
         "existing files, else by the name: .zarrdb (also .sqlite, .db) and .zip are files,\n"
         "anything with '://' is a URL opened through fsspec (pip install fsspec), and anything\n"
         "else is a directory. A new .zarrdb, .zip or directory is written under a temporary name\n"
-        "and renamed into place when complete, so an interrupted copy leaves nothing behind.",
+        "and renamed into place when complete, so an interrupted copy leaves nothing behind.\n"
+        + URL_HELP
+        + "\nA whole .zarrdb at a URL copied to a new .zarrdb file is downloaded byte for byte.",
         "zarrdb copy data.zarr data.zarrdb            # directory store -> one file",
         "zarrdb copy data.zarrdb data.zip --verify",
         "zarrdb copy data.zarrdb small.zarrdb --path /climate/temperature --dest-path /",
         "zarrdb copy s3://bucket/data.zarr data.zarrdb   # needs fsspec and s3fs",
+        "zarrdb copy s3://bucket/data.zarrdb data.zarr --storage-option region=eu-west-1",
     )
 
 
@@ -144,17 +155,33 @@ class Outcome:
     batches: int = 0
     seconds: float = 0.0
     mismatches: list[str] = field(default_factory=list)
+    downloaded: int | None = None  # bytes of a .zarrdb downloaded whole
+
+
+def whole_file(plan: Plan) -> bool:
+    """Whether the copy is a whole .zarrdb at a URL to a new .zarrdb file: a download."""
+    return (
+        plan.source.remote
+        and plan.dest.kind == "zarrdb"
+        and plan.temporary is not None
+        and not plan.src_path
+        and not plan.dst_path
+    )
 
 
 async def run(args: argparse.Namespace) -> int:
     show = args.progress if args.progress is not None else (sys.stderr.isatty() and not args.json)
-    source = classify(args.source, "source")
-    dest = classify(args.dest, "destination")
+    options = storage_options(args, args.source, args.dest)
+    source = classify(args.source, "source", options)
+    dest = classify(args.dest, "destination", options)
     src = await open_store(source, read_only=True, busy_timeout=args.busy_timeout)
     with closing(src):
         plan = await make_plan(src, source, dest, args)
         with Progress(show) as progress:
-            outcome = await transfer(src, plan, args, progress)
+            if whole_file(plan):
+                outcome = download(plan)
+            else:
+                outcome = await transfer(src, plan, args, progress)
             if args.verify:
                 check = await open_store(dest, read_only=True, busy_timeout=args.busy_timeout)
                 with closing(check):
@@ -280,6 +307,31 @@ async def transfer(src: Any, plan: Plan, args: argparse.Namespace, progress: Pro
     return outcome
 
 
+def download(plan: Plan) -> Outcome:
+    """The whole .zarrdb at the source URL, byte for byte, to the new file."""
+    assert plan.temporary is not None
+    url = plan.source.path
+    remove(plan.temporary)
+    started = time.perf_counter()
+    try:
+        with remote_errors(url):
+            size = remote.download(
+                url,
+                plan.temporary,
+                storage_options=remote_options(url, plan.source.storage_options),
+            )
+        put_in_place(plan.temporary, plan.dest.path)
+    except BaseException:
+        remove(plan.temporary)
+        raise
+    return Outcome(
+        keys=len(plan.listing),
+        bytes=plan.total_bytes,
+        seconds=time.perf_counter() - started,
+        downloaded=size,
+    )
+
+
 async def verify(src: Any, dst: Any, plan: Plan, batch_bytes: int, progress: Progress) -> list[str]:
     """Lines for every difference between the copy and the source."""
     from zarr.buffer import default_buffer_prototype
@@ -303,7 +355,8 @@ async def verify(src: Any, dst: Any, plan: Plan, batch_bytes: int, progress: Pro
 
 
 def report(plan: Plan, outcome: Outcome, args: argparse.Namespace) -> None:
-    rate = outcome.bytes / outcome.seconds if outcome.seconds > 0 else None
+    moved = outcome.bytes if outcome.downloaded is None else outcome.downloaded
+    rate = moved / outcome.seconds if outcome.seconds > 0 else None
     if args.json:
         emit_json(
             {
@@ -318,10 +371,13 @@ def report(plan: Plan, outcome: Outcome, args: argparse.Namespace) -> None:
                 "bytes_per_second": None if rate is None else round(rate),
                 "verified": (not outcome.mismatches) if args.verify else None,
                 "mismatches": outcome.mismatches,
+                "downloaded_bytes": outcome.downloaded,
             }
         )
         return
     speed = "" if rate is None else f", {human(round(rate)).split(' (')[0]}/s"
+    if outcome.downloaded is not None:
+        speed += f"; the file was downloaded whole, {human(outcome.downloaded)}"
     src_at = display(plan.src_path) if plan.src_path else ""
     dst_at = display(plan.dst_path) if plan.dst_path else ""
     print(
