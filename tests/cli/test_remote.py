@@ -15,10 +15,13 @@ from dataclasses import dataclass
 
 import pytest
 
+from zarrdb import SQLiteStore
+
 from .helpers import (
     assert_bad_input,
     assert_ok,
     directory_items,
+    journal_mode,
     run,
     run_here,
     sqlite_rows,
@@ -193,24 +196,36 @@ def test_copy_of_a_whole_url_to_a_new_file_is_a_download(published, sample_file,
     assert code == 0, err
     report = json.loads(out)
     assert report["verified"] is True and report["mismatches"] == []
-    assert report["downloaded_bytes"] == sample_file.stat().st_size
+    assert report["downloaded"] is True and report["bytes"] == sample_file.stat().st_size
     assert report["keys"] == len(sqlite_rows(sample_file))
     assert out_file.read_bytes() == sample_file.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.zarrdb"]
+    out_file.write_bytes(b"")  # an empty file named .zarrdb is a new destination too
+    code, out, err = run_here(capsys, "copy", published.url, out_file, *published.options)
+    assert code == 0 and "(the file, downloaded byte for byte)" in out, err
+    assert out_file.read_bytes() == sample_file.read_bytes()
 
 
-@pytest.mark.parametrize("dest", ["copy.zarr", "copy.zip", "part.zarrdb"])
+@pytest.mark.parametrize("dest", ["copy.zarr", "copy.zip", "part.zarrdb", "empty.zarrdb"])
 def test_copy_of_a_url_reads_through_the_store(s3, http, sample_file, tmp_path, capsys, dest):
     target = publish("http", s3, http, sample_file.read_bytes())
     out_path = tmp_path / dest
     extra = ["--path", "/climate"] if dest == "part.zarrdb" else []
+    if dest == "empty.zarrdb":  # a SQLiteStore file that holds nothing yet: written in place
+        with SQLiteStore(out_path) as store:
+            store.ensure_open()
+        assert journal_mode(out_path) == "delete" and sqlite_rows(out_path) == []
     code, out, err = run_here(capsys, "copy", target.url, out_path, "--verify", "--json", *extra)
     assert code == 0, err
     report = json.loads(out)
-    assert report["verified"] is True and report["downloaded_bytes"] is None
+    assert report["verified"] is True and report["downloaded"] is False
     rows = dict(sqlite_rows(sample_file))
+    copied = [v for k, v in rows.items() if k.startswith("climate/" if extra else "")]
+    assert (report["keys"], report["bytes"]) == (len(copied), sum(map(len, copied)))
     if dest == "copy.zarr":
         assert directory_items(out_path) == rows
+    elif dest == "empty.zarrdb":
+        assert dict(sqlite_rows(out_path)) == rows
     elif dest == "part.zarrdb":
         assert dict(sqlite_rows(out_path)) == {
             k: v for k, v in rows.items() if k.startswith("climate/")
@@ -307,3 +322,35 @@ def test_without_obstore_a_url_names_the_extra():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert_bad_input(proc, "s3://bucket/data.zarrdb", "obstore", "zarrdb[remote]")
+
+
+# --- what is fetched ---------------------------------------------------------------------------
+
+
+def test_check_quick_and_a_whole_copy_fetch_what_they_need(s3, http, tmp_path, capsys):
+    """A file of small chunks (values inline in the table's pages): check --quick reads the
+    index of keys and the metadata, not the pages of values; a whole copy downloads the file
+    once, without listing the sizes of its values first (which would read it all)."""
+    import numpy as np
+    import zarr
+
+    path = tmp_path / "small-chunks.zarrdb"
+    with SQLiteStore(path) as store:
+        array = zarr.create_array(store, shape=(1024, 2048), chunks=(64, 64), dtype="f4",
+                                  compressors=None)  # fmt: skip
+        array[:] = np.arange(1024 * 2048, dtype="f4").reshape(1024, 2048)
+    size = path.stat().st_size
+    assert size > 8 * 2**20
+    target = publish("http", s3, http, path.read_bytes(), path.name)
+
+    code, out, err = run_here(capsys, "check", "--quick", target.url)
+    assert code == 0 and out.splitlines()[-1] == "ok", out + err
+    fetched = sum(r.sent for r in target.ranged_reads())
+    assert fetched < size / 4, (fetched, size)
+
+    target.traffic.reset()
+    code, out, err = run_here(capsys, "copy", target.url, tmp_path / "copy.zarrdb")
+    assert code == 0, err
+    assert (tmp_path / "copy.zarrdb").read_bytes() == path.read_bytes()
+    fetched = sum(r.sent for r in target.ranged_reads())
+    assert fetched < 1.25 * size, (fetched, size)

@@ -155,7 +155,7 @@ class Outcome:
     batches: int = 0
     seconds: float = 0.0
     mismatches: list[str] = field(default_factory=list)
-    downloaded: int | None = None  # bytes of a .zarrdb downloaded whole
+    downloaded: bool = False  # a .zarrdb at a URL, downloaded whole (bytes: the file's size)
 
 
 def whole_file(plan: Plan) -> bool:
@@ -185,6 +185,9 @@ async def run(args: argparse.Namespace) -> int:
             if args.verify:
                 check = await open_store(dest, read_only=True, busy_timeout=args.busy_timeout)
                 with closing(check):
+                    if outcome.downloaded:  # the sizes that batch the reads, from the copy
+                        sizes = dict(await key_sizes(check, dest, plan.dst_prefix))
+                        plan.listing = [(key, sizes.get(key, 0)) for key, _ in plan.listing]
                     outcome.mismatches = await verify(src, check, plan, args.batch_bytes, progress)
     report(plan, outcome, args)
     return EXIT_PROBLEMS if outcome.mismatches else EXIT_OK
@@ -197,13 +200,35 @@ async def make_plan(src: Any, source: Location, dest: Location, args: argparse.N
     if source.local and dest.local and os.path.exists(dest.path):
         if os.path.samefile(source.path, dest.path):
             raise BadInput(f"{dest.path}: is the source itself; copy to another place")
-    plan = Plan(
-        source,
-        dest,
-        src_path,
-        dst_path,
-        await key_sizes(src, source, hierarchy.key_prefix(src_path)),
-    )
+    # A whole .zarrdb at a URL copied to a new .zarrdb is downloaded: its keys are all the plan
+    # needs (listing the sizes of values reads every page that holds small values, which for a
+    # file of small chunks is about the whole file).
+    sizes = not (source.remote and dest.kind == "zarrdb" and not src_path and not dst_path)
+    plan = Plan(source, dest, src_path, dst_path, await _listing(src, source, src_path, sizes))
+    await _place(plan, args)
+    if not sizes and not whole_file(plan):
+        plan.listing = await _listing(src, source, src_path, True)
+    return plan
+
+
+async def _listing(
+    src: Any, source: Location, path: str, sizes: bool
+) -> list[tuple[str, int]]:
+    """(key, size) of every key below `path`, metadata documents last (a reader of a partial
+    copy sees no node whose chunks are still missing); sizes are 0 unless `sizes`."""
+    prefix = hierarchy.key_prefix(path)
+    if sizes:
+        listing = await key_sizes(src, source, prefix)
+    else:
+        listing = [(key, 0) async for key in src.list_prefix(prefix)]
+    listing.sort(key=lambda item: (item[0].rpartition("/")[2] in hierarchy.METADATA_NAMES, item[0]))
+    return listing
+
+
+async def _place(plan: Plan, args: argparse.Namespace) -> None:
+    """Where and how the copy is written (plan.temporary, plan.clear_first); BadInput for an
+    empty source, keys a .zarrdb cannot hold, or a destination that may not be replaced."""
+    source, dest, src_path, dst_path = plan.source, plan.dest, plan.src_path, plan.dst_path
     if not plan.listing:
         where = f" at {display(src_path)!r}" if src_path else ""
         raise BadInput(
@@ -214,16 +239,11 @@ async def make_plan(src: Any, source: Location, dest: Location, args: argparse.N
             problem = conformance.key_problem(plan.dest_key(key))
             if problem:
                 raise BadInput(f"{source.path}: {problem}; a .zarrdb file cannot hold it")
-    # Metadata documents go last: a reader of a partial copy sees no node whose chunks are still
-    # missing.
-    plan.listing.sort(
-        key=lambda item: (item[0].rpartition("/")[2] in hierarchy.METADATA_NAMES, item[0])
-    )
     if not dest.exists:
         plan.temporary = temporary_sibling(dest.path) if dest.local else None
-        return plan
+        return
     if not await _occupied(dest, plan, args):
-        return plan
+        return
     if not args.overwrite:
         where = f" at {display(dst_path)!r}" if dst_path else ""
         raise BadInput(
@@ -236,7 +256,6 @@ async def make_plan(src: Any, source: Location, dest: Location, args: argparse.N
         raise BadInput(f"{dest.path}: keys in a zip file cannot be replaced; write a new zip file")
     else:
         plan.clear_first = True
-    return plan
 
 
 async def _occupied(dest: Location, plan: Plan, args: argparse.Namespace) -> bool:
@@ -325,10 +344,7 @@ def download(plan: Plan) -> Outcome:
         remove(plan.temporary)
         raise
     return Outcome(
-        keys=len(plan.listing),
-        bytes=plan.total_bytes,
-        seconds=time.perf_counter() - started,
-        downloaded=size,
+        keys=len(plan.listing), bytes=size, seconds=time.perf_counter() - started, downloaded=True
     )
 
 
@@ -355,8 +371,7 @@ async def verify(src: Any, dst: Any, plan: Plan, batch_bytes: int, progress: Pro
 
 
 def report(plan: Plan, outcome: Outcome, args: argparse.Namespace) -> None:
-    moved = outcome.bytes if outcome.downloaded is None else outcome.downloaded
-    rate = moved / outcome.seconds if outcome.seconds > 0 else None
+    rate = outcome.bytes / outcome.seconds if outcome.seconds > 0 else None
     if args.json:
         emit_json(
             {
@@ -371,13 +386,13 @@ def report(plan: Plan, outcome: Outcome, args: argparse.Namespace) -> None:
                 "bytes_per_second": None if rate is None else round(rate),
                 "verified": (not outcome.mismatches) if args.verify else None,
                 "mismatches": outcome.mismatches,
-                "downloaded_bytes": outcome.downloaded,
+                "downloaded": outcome.downloaded,
             }
         )
         return
     speed = "" if rate is None else f", {human(round(rate)).split(' (')[0]}/s"
-    if outcome.downloaded is not None:
-        speed += f"; the file was downloaded whole, {human(outcome.downloaded)}"
+    if outcome.downloaded:
+        speed += " (the file, downloaded byte for byte)"
     src_at = display(plan.src_path) if plan.src_path else ""
     dst_at = display(plan.dst_path) if plan.dst_path else ""
     print(
