@@ -1,6 +1,10 @@
 """Fixtures shared by the test folders: the real servers on 127.0.0.1 that remote files are
 read from (tests/remote for the store, tests/cli for the command line). Each is started once
-per session, when a test first asks for it."""
+per session, when a test first asks for it.
+
+Tests that read remote files in the test process (those that use a server, or are marked
+`remote`) run after all the others: the servers' threads and obstore's runtime threads stay
+for the rest of the process, and the tests that fork() want a process of one thread."""
 
 from __future__ import annotations
 
@@ -8,6 +12,23 @@ import pytest
 
 from remote.servers import HTTPServer, S3Server
 from zarrdb import remote
+
+
+SERVERS = frozenset({"s3_server", "http_server"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "remote: reads remote files in the test process (run after the other tests)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def remote(item: pytest.Item) -> bool:
+        uses = set(getattr(item, "fixturenames", ()))
+        return bool(SERVERS & uses) or item.get_closest_marker("remote") is not None
+
+    items[:] = sorted(items, key=remote)  # stable: the others first, each part in its order
 
 
 @pytest.fixture(scope="session")

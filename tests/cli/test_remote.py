@@ -28,6 +28,8 @@ from .helpers import (
 )
 from .test_check import _break, _page_of
 
+pytestmark = pytest.mark.remote
+
 
 @dataclass
 class Published:
