@@ -16,12 +16,13 @@ CLI = [sys.executable, "-m", "zarrdb"]
 
 
 def run(
-    *args: object, timeout: float = 120, cwd: Path | None = None
+    *args: object, timeout: float = 120, cwd: Path | None = None, env: dict | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """`zarrdb ARGS...` in a new process."""
+    """`zarrdb ARGS...` in a new process (`env`: variables added to this process's)."""
     return subprocess.run(
-        [*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd
-    )
+        [*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+        env=None if env is None else {**os.environ, **env},
+    )  # fmt: skip
 
 
 def run_here(capsys, *args: object) -> tuple[int, str, str]:

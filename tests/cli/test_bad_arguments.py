@@ -33,6 +33,7 @@ def bad_arguments(file, tmp_path):
         (["tree", file, "a//b"], ["'a//b'", "'//'"]),
         (["tree", file, wait, "soon"], [wait, "number of seconds"]),
         (["tree", url, option, "=eu-west-1"], [option, "KEY=VALUE"]),
+        (["tree", url, option, "max_retries=few"], [option, "max_retries", "'few'"]),
         (["check", file, wait, "inf"], [wait, ">= 0"]),
         (["check", file, "extra"], ["unrecognized arguments", "extra"]),
         (["check", url, option, "colour=blue"], [option, "colour", url]),

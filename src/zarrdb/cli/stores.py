@@ -177,15 +177,24 @@ def require_local(path: str, command: str) -> None:
 
 
 def remote_options(url: str, options: Mapping[str, Any]) -> dict[str, Any]:
-    """The storage_options for reading `url`: plain HTTP is allowed when the URL (or an
-    endpoint setting) asks for it by saying http://."""
+    """The storage_options for reading `url`: `max_retries=N` is obstore's retry_config, and
+    plain HTTP is allowed when the URL, or the endpoint (an option, else a variable obstore
+    reads: AWS_ENDPOINT, ...), says http://, unless an option or a variable says whether to
+    allow it."""
     out = dict(options)
-    asks_http = url.lower().startswith("http://") or any(
-        "endpoint" in key and str(value).lower().startswith("http://")
-        for key, value in out.items()
-    )
-    if asks_http:
-        out.setdefault("allow_http", True)
+    if "max_retries" in out:
+        out["retry_config"] = {"max_retries": int(out.pop("max_retries"))}
+    given = [(key.lower(), value) for key, value in out.items()]
+    env = [
+        (name.lower(), value)
+        for name, value in os.environ.items()
+        if name.startswith(("AWS_", "GOOGLE_", "AZURE_"))
+    ]
+    if any(key.endswith("allow_http") for key, _ in given + env):
+        return out
+    endpoints = [v for k, v in given if "endpoint" in k] or [v for k, v in env if "endpoint" in k]
+    if any(str(where).lower().startswith("http://") for where in [url, *endpoints]):
+        out["allow_http"] = True
     return out
 
 
