@@ -218,8 +218,10 @@ async def quick_check(
     except errors.DatabaseCorruptError as exc:
         found.problem("damage", f"damaged: {exc}")
         return None
-    for note in notes:  # e.g. a foreign application id
-        found.problem("format", f"format: {str(note.message).replace('; reading it anyway', '')}")
+    for note in notes:  # what the store warns about a file it reads anyway: a foreign app id
+        if issubclass(note.category, UserWarning):
+            text = str(note.message).replace("; reading it anyway", "")
+            found.problem("format", f"format: {text}")
     try:
         with closing(store):
             return await check_hierarchy(store, found)

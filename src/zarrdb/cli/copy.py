@@ -54,8 +54,9 @@ BATCH_KEYS = 10_000
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "source", metavar="SRC", help="a .zarrdb file (also at a URL), a .zip file, a directory, "
-        "or a URL (fsspec)"
+        "source",
+        metavar="SRC",
+        help="a .zarrdb file (also at a URL), a .zip file, a directory, or a URL (fsspec)",
     )
     parser.add_argument(
         "dest",
@@ -107,7 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Values are copied byte for byte (no decoding), in batches of at most --batch-bytes,\n"
         "each written in one transaction. The kind of store is told by the file's content for\n"
         "existing files, else by the name: .zarrdb (also .sqlite, .db) and .zip are files,\n"
-        "anything with '://' is a URL opened through fsspec (pip install fsspec), and anything\n"
+        "anything with '://' is a URL (see below), and anything\n"
         "else is a directory. A new .zarrdb, .zip or directory is written under a temporary name\n"
         "and renamed into place when complete, so an interrupted copy leaves nothing behind.\n"
         + URL_HELP
