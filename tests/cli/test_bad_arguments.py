@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from .helpers import assert_bad_input, fingerprint, run_many
+from .helpers import assert_bad_input, fingerprint, run_here, run_many
 
 
 def bad_arguments(file, tmp_path):
@@ -21,15 +21,23 @@ def bad_arguments(file, tmp_path):
     folder.mkdir()
     missing = tmp_path / "no" / "such"
     wait = "--busy-timeout"
+    option = "--storage-option"
+    url = "s3://bucket/data.zarrdb"  # refused before any request is made
     return [
         (["info"], ["STORE", "required"]),
         (["info", file, wait, "-1"], [wait, ">= 0"]),
         (["info", file, wait, "nan"], [wait, ">= 0"]),
+        (["info", file, option, "region"], [option, "KEY=VALUE", "'region'"]),
+        (["info", file, option, "region=eu-west-1"], [option, "URLs only", str(file)]),
         (["info", file, "--bogus"], ["unrecognized arguments", "--bogus"]),
         (["tree", file, "a//b"], ["'a//b'", "'//'"]),
         (["tree", file, wait, "soon"], [wait, "number of seconds"]),
+        (["tree", url, option, "=eu-west-1"], [option, "KEY=VALUE"]),
+        (["tree", url, option, "max_retries=few"], [option, "max_retries", "'few'"]),
         (["check", file, wait, "inf"], [wait, ">= 0"]),
         (["check", file, "extra"], ["unrecognized arguments", "extra"]),
+        (["check", url, option, "colour=blue"], [option, "colour", url]),
+        (["check", "--quick", "ftp://host/data.zarrdb"], ["ftp://host/data.zarrdb", "s3, "]),
         (["check"], ["FILE", "required"]),
         (["copy", file, out, "--batch-bytes", "0"], ["--batch-bytes", "positive", "64M"]),
         (["copy", file, out, "--batch-bytes", "lots"], ["--batch-bytes", "64M"]),
@@ -38,15 +46,22 @@ def bad_arguments(file, tmp_path):
         (["copy", file], ["DST", "required"]),
         (["copy", file, out, "--progress", "--no-progress"], ["--no-progress", "not allowed"]),
         (["copy", file, out, wait, "-2"], [wait, ">= 0"]),
+        (["copy", file, out, option, "endpoint"], [option, "KEY=VALUE"]),
+        (["copy", file, out, option, "region=x"], [option, "URLs only", "local paths"]),
+        (["copy", file, url], [url, "read-only", "give a local path"]),
         (["mv", file, "/", "/x"], ["root"]),
         (["mv", file, "/a", "/a/b"], ["one contains the other"]),
         (["mv", file, "/a//b", "/c"], ["'/a//b'", "'//'"]),
         (["mv", file, "/a"], ["DST_PATH", "required"]),
+        (["mv", url, "/a", "/b"], [url, "read-only", "'zarrdb mv' changes the file"]),
         (["snapshot", file, missing / "x.zarrdb"], ["does not exist"]),
         (["snapshot", file, exists], ["exists already", "--overwrite"]),
         (["snapshot", file, out, wait, "-5"], [wait, ">= 0"]),
+        (["snapshot", file, url], [url, "read-only", "give a local path"]),
+        (["snapshot", file, out, option, "x"], [option, "KEY=VALUE"]),
         (["vacuum", file, wait, ""], [wait, "number of seconds"]),
         (["vacuum"], ["FILE", "required"]),
+        (["vacuum", "https://example.org/data.zarrdb"], ["read-only", "'zarrdb vacuum'"]),
         (["bench", "--size", "0"], ["--size", ">= 1"]),
         (["bench", "--size", "abc"], ["--size", ">= 1"]),
         (["bench", "--size", "256"], ["--size", "multiple of the large chunk edge 512"]),
@@ -78,15 +93,11 @@ def test_bad_arguments_of_every_subcommand(sample_copy, tmp_path, capsys):
     before = fingerprint(sample_copy), sorted(p.name for p in tmp_path.iterdir())
     for argv, words in cases:
         label = "zarrdb " + " ".join(map(str, argv))
-        try:
-            code = cli.main([str(a) for a in argv])
-        except SystemExit as stop:  # argparse's own errors leave through SystemExit
-            code = stop.code
-        captured = capsys.readouterr()
-        assert code == 2, f"{label}: exit {code}\n{captured.out}\n{captured.err}"
-        assert "Traceback" not in captured.err and captured.out == "", f"{label}: {captured}"
-        lines = captured.err.strip().splitlines()
-        assert len(lines) == 1, f"{label}: {len(lines)} lines:\n{captured.err}"
+        code, out, err = run_here(capsys, *argv)
+        assert code == 2, f"{label}: exit {code}\n{out}\n{err}"
+        assert "Traceback" not in err and out == "", f"{label}: {out}{err}"
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, f"{label}: {len(lines)} lines:\n{err}"
         for word in words:
             assert word in lines[0], f"{label}: {word!r} not in {lines[0]!r}"
     assert (fingerprint(sample_copy), sorted(p.name for p in tmp_path.iterdir())) == before

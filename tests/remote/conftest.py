@@ -1,5 +1,6 @@
-"""Fixtures for the remote tests: an S3 server (moto) and an HTTP server (aiohttp) on
-127.0.0.1, one of each for the session, and small .zarrdb files written by zarrdb and closed."""
+"""Fixtures for the remote tests: small .zarrdb files written by zarrdb and closed. The servers
+they are published on (`s3`, `http`: moto's S3 server and an aiohttp server on 127.0.0.1, one
+of each for the session) are in tests/conftest.py, shared with the command-line tests."""
 
 from __future__ import annotations
 
@@ -9,54 +10,11 @@ import numpy as np
 import pytest
 import zarr
 
-from zarrdb import SQLiteStore, remote
-
-from .servers import HTTPServer, S3Server
+from zarrdb import SQLiteStore
 
 SHAPE = (256, 256)
 CHUNKS = (32, 32)
 SHARDS = (128, 128)
-
-
-@pytest.fixture(scope="session")
-def s3_server():
-    server = S3Server().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="session")
-def http_server():
-    server = HTTPServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def s3(s3_server):
-    """The S3 server with a new bucket of its own and fresh counts: (server, bucket)."""
-    bucket = s3_server.new_bucket()
-    s3_server.traffic.reset()
-    remote.release_caches()
-    return s3_server, bucket
-
-
-@pytest.fixture
-def http(http_server):
-    """The HTTP server, emptied, with fresh counts and its default behaviour."""
-    http_server.objects.clear()
-    http_server.traffic.reset()
-    http_server.fail_next = 0
-    http_server.fail_from_offset = None
-    http_server.delay = 0.0
-    http_server.ignore_if_match = False
-    http_server.send_etag = True
-    remote.release_caches()  # the same URL serves other bytes in each test
-    return http_server
 
 
 def field(shape=SHAPE, seed=0) -> np.ndarray:

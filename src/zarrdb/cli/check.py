@@ -1,26 +1,52 @@
 """`zarrdb check`: the SQLiteStore 1.0 rules and SQLite's integrity check (`zarrdb.conformance`,
-through Python's own sqlite3), then the hierarchy: metadata documents and chunk keys."""
+through Python's own sqlite3), then the hierarchy: metadata documents and chunk keys.
+
+`--quick` checks through zarrdb's store only (what opening a file checks, then the hierarchy),
+which is how a file at a URL is checked in place; without it, a URL is downloaded to a
+temporary file and checked whole, as a local file is.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import shutil
+import tempfile
 import warnings
 from bisect import bisect_left
+from collections.abc import Iterator
 from typing import Any
 
-from zarrdb import conformance, errors
+from zarrdb import conformance, errors, remote
 from zarrdb.cli import hierarchy
-from zarrdb.cli.common import add_busy_timeout, display, emit_json, epilog
+from zarrdb.cli.common import (
+    add_busy_timeout,
+    add_storage_options,
+    display,
+    emit_json,
+    epilog,
+    human,
+    storage_options,
+)
 from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput, one_line
 from zarrdb.cli.hierarchy import MetadataError, Node
-from zarrdb.cli.stores import closing, open_zarrdb, require_zarrdb_path
+from zarrdb.cli.stores import (
+    closing,
+    open_zarrdb,
+    remote_errors,
+    remote_options,
+    remove,
+    require_zarrdb_path,
+)
 
 CAP = 50  # findings of one kind printed at most, without --all
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", metavar="FILE", help="the .zarrdb file")
+    parser.add_argument(
+        "file", metavar="FILE", help="the .zarrdb file, or its URL (s3://, gs://, az://, https://)"
+    )
     parser.add_argument(
         "--strict",
         action="store_true",
@@ -31,7 +57,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help=f"print every problem (default: at most {CAP} of each kind)",
     )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="check through zarrdb's store only (a URL is read in place): what opening the file "
+        "checks, the metadata documents and the chunk keys; skips the checks that read the "
+        "whole file with Python's sqlite3",
+    )
     add_busy_timeout(parser)
+    add_storage_options(parser)
     parser.epilog = epilog(
         "Checks: the SQLiteStore 1.0 rules (application id, exactly the two tables with their\n"
         "columns, types, NOT NULL and BINARY keys, the metadata records, no NULLs, keys TEXT and\n"
@@ -39,8 +73,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "on a damaged file); every zarr.json is a JSON object with zarr_format 3 and a node_type\n"
         "that zarr can read; every other key is a chunk of an array and lies inside its chunk\n"
         "grid (shards count as chunks of the outer grid; both the default and the v2 chunk key\n"
-        "encoding are understood). Each problem is one line; 'ok' when there is none.",
+        "encoding are understood). Each problem is one line; 'ok' when there is none.\n"
+        "--quick skips SQLite's integrity check and the spec's checks of the schema, metadata\n"
+        "records, rows and journal mode (and says so). A URL is read in place with --quick;\n"
+        "without it, the file is downloaded to a temporary file (in TMPDIR) and checked whole.",
         "zarrdb check data.zarrdb && echo sound",
+        "zarrdb check --quick s3://bucket/data.zarrdb --storage-option region=eu-west-1",
     )
 
 
@@ -78,45 +116,47 @@ class Findings:
         ]
 
 
+def skipped_by_quick(path: str) -> str:
+    """The line that says what --quick left out."""
+    how = f"zarrdb check {path}" + (" downloads the file and runs them" if "://" in path else "")
+    return (
+        "quick check: SQLite's integrity check and the spec's checks of the schema, metadata "
+        f"records, rows and journal mode were skipped (they read the whole file; {how})"
+    )
+
+
 async def run(args: argparse.Namespace) -> int:
     path = args.file
-    require_zarrdb_path(path)
+    options = storage_options(args, path)
     found = Findings(None if args.all else CAP)
-    try:
-        report = conformance.check_file(path, busy_timeout=args.busy_timeout)
-    except errors.DatabaseLockedError:
+    if "://" in path and not remote.is_url(path):
         raise BadInput(
-            f"{path}: the database is locked by another process (waited {args.busy_timeout:g} s);"
-            " retry when it is done, or wait longer with --busy-timeout SECONDS"
-        ) from None
-    except errors.ZarrDBError as exc:
-        raise BadInput(str(exc)) from None
-    for finding in report.findings:
-        found.add(finding.level, finding.kind, finding.message)
-    nkeys = None
-    if report.readable:
-        try:
-            with warnings.catch_warnings():  # what opening warns about is listed already
-                warnings.simplefilter("ignore")
-                store = open_zarrdb(path, busy_timeout=args.busy_timeout, damage_is_bad_input=False)
-                with closing(store):
-                    nkeys = await check_hierarchy(store, found)
-        except errors.DatabaseCorruptError as exc:
-            found.problem("damage", f"damaged: {exc}")
+            f"{path}: is not a URL zarrdb reads .zarrdb files from ({', '.join(remote.SCHEMES)})"
+        )
+    if args.quick:
+        nkeys = await quick_check(path, options, found, args.busy_timeout)
+    elif "://" in path:
+        with downloaded(path, options) as copy:
+            nkeys = await full_check(copy, found, args.busy_timeout, shown=path)
+    else:
+        nkeys = await full_check(path, found, args.busy_timeout)
     problems = found.total("problem") + (found.total("warning") if args.strict else 0)
     if args.json:
         emit_json(
             {
-                "path": os.path.abspath(path),
+                "path": path if "://" in path else os.path.abspath(path),
                 "ok": problems == 0,
                 "keys": nkeys,
                 "problem_count": found.total("problem"),
                 "warning_count": found.total("warning"),
                 "problems": found.problems,
                 "warnings": found.warnings,
+                "skipped": [skipped_by_quick(path)] if args.quick else [],
             }
         )
     else:
+        if args.quick:
+            print(skipped_by_quick(path))
         for line in found.problems + found.elided("problem"):
             print(line)
         for line in found.warnings + found.elided("warning"):
@@ -126,6 +166,92 @@ async def run(args: argparse.Namespace) -> int:
         else:
             print("ok")
     return EXIT_PROBLEMS if problems else EXIT_OK
+
+
+async def full_check(
+    path: str, found: Findings, busy_timeout: float, shown: str = ""
+) -> int | None:
+    """Every check, on a local file; returns the number of keys (None if it cannot be read).
+    `shown` names the file in messages instead of `path` (a download's source URL)."""
+
+    def named(text: str) -> str:
+        return text.replace(path, shown) if shown else text
+
+    require_zarrdb_path(path)
+    try:
+        report = conformance.check_file(path, busy_timeout=busy_timeout)
+    except errors.DatabaseLockedError:
+        raise BadInput(
+            f"{path}: the database is locked by another process (waited {busy_timeout:g} s);"
+            " retry when it is done, or wait longer with --busy-timeout SECONDS"
+        ) from None
+    except errors.ZarrDBError as exc:
+        raise BadInput(named(str(exc))) from None
+    for finding in report.findings:
+        found.add(finding.level, finding.kind, named(finding.message))
+    if not report.readable:
+        return None
+    try:
+        with warnings.catch_warnings():  # what opening warns about is listed already
+            warnings.simplefilter("ignore")
+            with closing(open_zarrdb(path, busy_timeout=busy_timeout, checking=True)) as store:
+                return await check_hierarchy(store, found)
+    except errors.DatabaseCorruptError as exc:
+        found.problem("damage", named(f"damaged: {exc}"))
+    return None
+
+
+async def quick_check(
+    path: str, options: dict[str, Any], found: Findings, busy_timeout: float
+) -> int | None:
+    """What opening the file through zarrdb's store checks (the format), then the hierarchy;
+    returns the number of keys (None if the file cannot be read)."""
+    try:
+        with warnings.catch_warnings(record=True) as notes:
+            warnings.simplefilter("always")
+            store = open_zarrdb(
+                path, busy_timeout=busy_timeout, checking=True, storage_options=options
+            )
+    except errors.FormatError as exc:  # a version or flags this zarrdb cannot read
+        found.problem("format", f"format: {exc}")
+        return None
+    except errors.DatabaseCorruptError as exc:
+        found.problem("damage", f"damaged: {exc}")
+        return None
+    for note in notes:  # what the store warns about a file it reads anyway: a foreign app id
+        if issubclass(note.category, UserWarning):
+            text = str(note.message).replace("; reading it anyway", "")
+            found.problem("format", f"format: {text}")
+    try:
+        with closing(store):
+            return await check_hierarchy(store, found)
+    except errors.DatabaseCorruptError as exc:
+        found.problem("damage", f"damaged: {exc}")
+    return None
+
+
+@contextlib.contextmanager
+def downloaded(url: str, options: dict[str, Any]) -> Iterator[str]:
+    """A local copy of the .zarrdb at `url`, byte for byte, in a temporary folder removed
+    afterwards; BadInput if the temporary folder has no room for it."""
+    folder = tempfile.mkdtemp(prefix="zarrdb-check-")
+    copy = os.path.join(folder, url.rstrip("/").rpartition("/")[2] or "file.zarrdb")
+    try:
+        settings = remote_options(url, options)
+        with remote_errors(url):
+            size = remote.open_remote(url, storage_options=settings).size
+            free = shutil.disk_usage(folder).free
+            if size > free:
+                raise BadInput(
+                    f"{url}: checking it whole needs a local copy of {human(size)}, and "
+                    f"{os.path.dirname(folder)} has {human(free)} free; set TMPDIR to a folder "
+                    f"with room, or check it in place with 'zarrdb check --quick {url}'"
+                )
+            remote.download(url, copy, storage_options=settings)
+        yield copy
+    finally:
+        remove(copy)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 async def _zarr_cannot_read(store: Any, node: Node) -> str | None:
@@ -180,7 +306,8 @@ async def _metadata_nodes(store: Any, keys: list[str], found: Findings) -> dict[
 
 async def check_hierarchy(store: Any, found: Findings) -> int:
     """Key rules, metadata documents and chunk keys; returns the number of keys."""
-    keys = [key for key, _ in store.key_sizes("")]
+    # From the index of keys alone: listing sizes would read every page of small values.
+    keys = sorted([key async for key in store.list_prefix("")])
     bad_keys = set()
     for key in keys:
         if conformance.key_problem(key):

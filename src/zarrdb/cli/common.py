@@ -64,6 +64,22 @@ def new_file(*suffixes: str) -> Any:
     return check
 
 
+def storage_option(text: str) -> str:
+    """One KEY=VALUE setting for reading a URL (checked with zarrdb.remote.parse_options)."""
+    from zarrdb.remote import parse_options
+
+    try:
+        options = parse_options([text])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (e.g. region=eu-west-1)") from None
+    retries = str(options.get("max_retries", "0"))
+    if not retries.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"max_retries is a whole number of retries (>= 0), not {retries!r}"
+        )
+    return text
+
+
 def epilog(text: str, *examples: str) -> str:
     """A command's help epilog: `text` (lines of at most 90 characters), its examples, and
     the exit codes."""
@@ -79,6 +95,34 @@ def add_busy_timeout(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how long to wait for another process's lock on the file (default: 5)",
     )
+
+
+def add_storage_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--storage-option",
+        dest="storage_options",
+        action="append",
+        type=storage_option,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for reading URLs, repeatable: for a .zarrdb at a URL, obstore's "
+        "(endpoint=, region=, access_key_id=, skip_signature=true, max_retries=N, ...; obstore "
+        "also reads AWS_*, GOOGLE_* and AZURE_* variables); for other URLs, fsspec's",
+    )
+
+
+def storage_options(args: argparse.Namespace, *locations: str) -> dict[str, Any]:
+    """The --storage-option settings as a dict; BadInput if they are given without a URL."""
+    from zarrdb.remote import parse_options
+
+    options = parse_options(args.storage_options)
+    if options and not any("://" in where for where in locations):
+        local = "is a local path" if len(locations) == 1 else "are local paths"
+        raise BadInput(
+            f"argument --storage-option: applies to URLs only, and {' and '.join(locations)} "
+            f"{local}"
+        )
+    return options
 
 
 def inner_path(text: str) -> str:

@@ -1,7 +1,8 @@
 """`zarrdb copy`: a whole hierarchy, or one sub-tree, between any two stores, byte for byte.
 
 The run has four steps: `plan` (what to copy, where to write, refusing bad input before
-anything is written), `transfer` (batches of values, under a temporary name for a new store),
+anything is written), `transfer` (batches of values, under a temporary name for a new store;
+a whole .zarrdb at a URL copied to a new .zarrdb is downloaded byte for byte instead),
 `verify` (every key and value of the copy against the source, with --verify) and `report`.
 """
 
@@ -16,25 +17,30 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from zarrdb import conformance
+from zarrdb import conformance, remote
 from zarrdb.cli import hierarchy
 from zarrdb.cli.common import (
     add_busy_timeout,
+    add_storage_options,
     byte_size,
     display,
     emit_json,
     epilog,
     human,
     inner_path,
+    storage_options,
 )
 from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput
 from zarrdb.cli.stores import (
+    URL_HELP,
     Location,
     classify,
     closing,
     key_sizes,
     open_store,
     put_in_place,
+    remote_errors,
+    remote_options,
     remove,
     temporary_sibling,
     write_many,
@@ -48,7 +54,9 @@ BATCH_KEYS = 10_000
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "source", metavar="SRC", help="a .zarrdb file, a .zip file, a directory, or a URL (fsspec)"
+        "source",
+        metavar="SRC",
+        help="a .zarrdb file (also at a URL), a .zip file, a directory, or a URL (fsspec)",
     )
     parser.add_argument(
         "dest",
@@ -95,17 +103,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     progress.add_argument("--no-progress", dest="progress", action="store_false")
     add_busy_timeout(parser)
+    add_storage_options(parser)
     parser.epilog = epilog(
         "Values are copied byte for byte (no decoding), in batches of at most --batch-bytes,\n"
         "each written in one transaction. The kind of store is told by the file's content for\n"
         "existing files, else by the name: .zarrdb (also .sqlite, .db) and .zip are files,\n"
-        "anything with '://' is a URL opened through fsspec (pip install fsspec), and anything\n"
+        "anything with '://' is a URL (see below), and anything\n"
         "else is a directory. A new .zarrdb, .zip or directory is written under a temporary name\n"
-        "and renamed into place when complete, so an interrupted copy leaves nothing behind.",
+        "and renamed into place when complete, so an interrupted copy leaves nothing behind.\n"
+        + URL_HELP
+        + "\nA whole .zarrdb at a URL copied to a new .zarrdb file is downloaded byte for byte.",
         "zarrdb copy data.zarr data.zarrdb            # directory store -> one file",
         "zarrdb copy data.zarrdb data.zip --verify",
         "zarrdb copy data.zarrdb small.zarrdb --path /climate/temperature --dest-path /",
         "zarrdb copy s3://bucket/data.zarr data.zarrdb   # needs fsspec and s3fs",
+        "zarrdb copy s3://bucket/data.zarrdb data.zarr --storage-option region=eu-west-1",
     )
 
 
@@ -144,20 +156,39 @@ class Outcome:
     batches: int = 0
     seconds: float = 0.0
     mismatches: list[str] = field(default_factory=list)
+    downloaded: bool = False  # a .zarrdb at a URL, downloaded whole (bytes: the file's size)
+
+
+def whole_file(plan: Plan) -> bool:
+    """Whether the copy is a whole .zarrdb at a URL to a new .zarrdb file: a download."""
+    return (
+        plan.source.remote
+        and plan.dest.kind == "zarrdb"
+        and plan.temporary is not None
+        and not plan.src_path
+        and not plan.dst_path
+    )
 
 
 async def run(args: argparse.Namespace) -> int:
     show = args.progress if args.progress is not None else (sys.stderr.isatty() and not args.json)
-    source = classify(args.source, "source")
-    dest = classify(args.dest, "destination")
+    options = storage_options(args, args.source, args.dest)
+    source = classify(args.source, "source", options)
+    dest = classify(args.dest, "destination", options)
     src = await open_store(source, read_only=True, busy_timeout=args.busy_timeout)
     with closing(src):
         plan = await make_plan(src, source, dest, args)
         with Progress(show) as progress:
-            outcome = await transfer(src, plan, args, progress)
+            if whole_file(plan):
+                outcome = download(plan)
+            else:
+                outcome = await transfer(src, plan, args, progress)
             if args.verify:
                 check = await open_store(dest, read_only=True, busy_timeout=args.busy_timeout)
                 with closing(check):
+                    if outcome.downloaded:  # the sizes that batch the reads, from the copy
+                        sizes = dict(await key_sizes(check, dest, plan.dst_prefix))
+                        plan.listing = [(key, sizes.get(key, 0)) for key, _ in plan.listing]
                     outcome.mismatches = await verify(src, check, plan, args.batch_bytes, progress)
     report(plan, outcome, args)
     return EXIT_PROBLEMS if outcome.mismatches else EXIT_OK
@@ -170,13 +201,35 @@ async def make_plan(src: Any, source: Location, dest: Location, args: argparse.N
     if source.local and dest.local and os.path.exists(dest.path):
         if os.path.samefile(source.path, dest.path):
             raise BadInput(f"{dest.path}: is the source itself; copy to another place")
-    plan = Plan(
-        source,
-        dest,
-        src_path,
-        dst_path,
-        await key_sizes(src, source, hierarchy.key_prefix(src_path)),
-    )
+    # A whole .zarrdb at a URL copied to a new .zarrdb is downloaded: its keys are all the plan
+    # needs (listing the sizes of values reads every page that holds small values, which for a
+    # file of small chunks is about the whole file).
+    sizes = not (source.remote and dest.kind == "zarrdb" and not src_path and not dst_path)
+    plan = Plan(source, dest, src_path, dst_path, await _listing(src, source, src_path, sizes))
+    await _place(plan, args)
+    if not sizes and not whole_file(plan):
+        plan.listing = await _listing(src, source, src_path, True)
+    return plan
+
+
+async def _listing(
+    src: Any, source: Location, path: str, sizes: bool
+) -> list[tuple[str, int]]:
+    """(key, size) of every key below `path`, metadata documents last (a reader of a partial
+    copy sees no node whose chunks are still missing); sizes are 0 unless `sizes`."""
+    prefix = hierarchy.key_prefix(path)
+    if sizes:
+        listing = await key_sizes(src, source, prefix)
+    else:
+        listing = [(key, 0) async for key in src.list_prefix(prefix)]
+    listing.sort(key=lambda item: (item[0].rpartition("/")[2] in hierarchy.METADATA_NAMES, item[0]))
+    return listing
+
+
+async def _place(plan: Plan, args: argparse.Namespace) -> None:
+    """Where and how the copy is written (plan.temporary, plan.clear_first); BadInput for an
+    empty source, keys a .zarrdb cannot hold, or a destination that may not be replaced."""
+    source, dest, src_path, dst_path = plan.source, plan.dest, plan.src_path, plan.dst_path
     if not plan.listing:
         where = f" at {display(src_path)!r}" if src_path else ""
         raise BadInput(
@@ -187,16 +240,11 @@ async def make_plan(src: Any, source: Location, dest: Location, args: argparse.N
             problem = conformance.key_problem(plan.dest_key(key))
             if problem:
                 raise BadInput(f"{source.path}: {problem}; a .zarrdb file cannot hold it")
-    # Metadata documents go last: a reader of a partial copy sees no node whose chunks are still
-    # missing.
-    plan.listing.sort(
-        key=lambda item: (item[0].rpartition("/")[2] in hierarchy.METADATA_NAMES, item[0])
-    )
     if not dest.exists:
         plan.temporary = temporary_sibling(dest.path) if dest.local else None
-        return plan
+        return
     if not await _occupied(dest, plan, args):
-        return plan
+        return
     if not args.overwrite:
         where = f" at {display(dst_path)!r}" if dst_path else ""
         raise BadInput(
@@ -209,7 +257,6 @@ async def make_plan(src: Any, source: Location, dest: Location, args: argparse.N
         raise BadInput(f"{dest.path}: keys in a zip file cannot be replaced; write a new zip file")
     else:
         plan.clear_first = True
-    return plan
 
 
 async def _occupied(dest: Location, plan: Plan, args: argparse.Namespace) -> bool:
@@ -280,6 +327,28 @@ async def transfer(src: Any, plan: Plan, args: argparse.Namespace, progress: Pro
     return outcome
 
 
+def download(plan: Plan) -> Outcome:
+    """The whole .zarrdb at the source URL, byte for byte, to the new file."""
+    assert plan.temporary is not None
+    url = plan.source.path
+    remove(plan.temporary)
+    started = time.perf_counter()
+    try:
+        with remote_errors(url):
+            size = remote.download(
+                url,
+                plan.temporary,
+                storage_options=remote_options(url, plan.source.storage_options),
+            )
+        put_in_place(plan.temporary, plan.dest.path)
+    except BaseException:
+        remove(plan.temporary)
+        raise
+    return Outcome(
+        keys=len(plan.listing), bytes=size, seconds=time.perf_counter() - started, downloaded=True
+    )
+
+
 async def verify(src: Any, dst: Any, plan: Plan, batch_bytes: int, progress: Progress) -> list[str]:
     """Lines for every difference between the copy and the source."""
     from zarr.buffer import default_buffer_prototype
@@ -318,10 +387,13 @@ def report(plan: Plan, outcome: Outcome, args: argparse.Namespace) -> None:
                 "bytes_per_second": None if rate is None else round(rate),
                 "verified": (not outcome.mismatches) if args.verify else None,
                 "mismatches": outcome.mismatches,
+                "downloaded": outcome.downloaded,
             }
         )
         return
     speed = "" if rate is None else f", {human(round(rate)).split(' (')[0]}/s"
+    if outcome.downloaded:
+        speed += " (the file, downloaded byte for byte)"
     src_at = display(plan.src_path) if plan.src_path else ""
     dst_at = display(plan.dst_path) if plan.dst_path else ""
     print(

@@ -77,7 +77,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "check",
-        "check a .zarrdb file against the SQLiteStore 1.0 spec and zarr",
+        "check a .zarrdb file (or its URL) against the SQLiteStore 1.0 spec and zarr",
         "zarrdb.cli.check",
     ),
     Command(
@@ -94,7 +94,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "snapshot",
-        "consistent copy of a .zarrdb file while others keep writing",
+        "consistent copy of a .zarrdb file (or its URL) while others keep writing",
         "zarrdb.cli.maintenance",
         "add_snapshot_arguments",
         "run_snapshot",

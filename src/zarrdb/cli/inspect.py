@@ -1,6 +1,6 @@
 """`zarrdb info` and `zarrdb tree`: what a store holds, from its metadata documents and the
 sizes of its values (chunk values are never read). Both take every kind of store `zarrdb copy`
-takes: a .zarrdb file, a .zip file, a directory or a URL."""
+takes: a .zarrdb file (also one at a URL, read in place), a .zip file, a directory or a URL."""
 
 from __future__ import annotations
 
@@ -13,34 +13,49 @@ from typing import Any
 from zarrdb.cli import hierarchy
 from zarrdb.cli.common import (
     add_busy_timeout,
+    add_storage_options,
     display,
     emit_json,
     epilog,
     human,
     inner_path,
     shape,
+    storage_options,
     warn,
 )
 from zarrdb.cli.framework import EXIT_OK, BadInput
 from zarrdb.cli.hierarchy import Node
-from zarrdb.cli.stores import STORE_KINDS, Location, classify, closing, key_sizes, open_store
+from zarrdb.cli.stores import (
+    STORE_KINDS,
+    URL_HELP,
+    Location,
+    classify,
+    closing,
+    key_sizes,
+    open_store,
+)
 
 # --- shared by both commands ---------------------------------------------------------------------
 
 
-def _add_store_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("store", metavar="STORE", help=STORE_KINDS)
+def _add_store_options(parser: argparse.ArgumentParser) -> None:
     add_busy_timeout(parser)
+    add_storage_options(parser)
 
 
 async def _open_source(args: argparse.Namespace) -> tuple[Location, Any]:
-    where = classify(args.store, "source")
+    where = classify(args.store, "source", storage_options(args, args.store))
     store = await open_store(where, read_only=True, busy_timeout=args.busy_timeout)
     return where, store
 
 
 def _warn_problems(where: Location, problems: Sequence[str]) -> None:
-    hint = f" ('zarrdb check {where.path}' lists every problem)" if where.kind == "zarrdb" else ""
+    quick = "--quick " if where.remote else ""
+    hint = (
+        f" ('zarrdb check {quick}{where.path}' lists every problem)"
+        if where.kind == "zarrdb"
+        else ""
+    )
     for problem in problems:
         warn(problem + hint)
 
@@ -49,14 +64,17 @@ def _warn_problems(where: Location, problems: Sequence[str]) -> None:
 
 
 def add_info_arguments(parser: argparse.ArgumentParser) -> None:
-    _add_store_argument(parser)
+    parser.add_argument("store", metavar="STORE", help=STORE_KINDS)
+    _add_store_options(parser)
     parser.epilog = epilog(
         "Chunk values are never read: sizes come from the store's record of each value's\n"
         "length. ratio = uncompressed bytes of the whole array / stored bytes of its chunks (as\n"
-        "zarr's Array.info 'Storage ratio'; a partly written array shows a high ratio).",
+        "zarr's Array.info 'Storage ratio'; a partly written array shows a high ratio).\n"
+        + URL_HELP,
         "zarrdb info data.zarrdb",
         "zarrdb info data.zarr",
         "zarrdb info --json data.zarrdb | jq '.arrays[].path'",
+        "zarrdb info s3://bucket/data.zarrdb --storage-option region=eu-west-1",
     )
 
 
@@ -203,12 +221,13 @@ def add_tree_arguments(parser: argparse.ArgumentParser) -> None:
         default="",
         help="show only the sub-tree at PATH (default: the whole hierarchy)",
     )
-    add_busy_timeout(parser)
+    _add_store_options(parser)
     parser.epilog = epilog(
-        "",
+        URL_HELP,
         "zarrdb tree data.zarrdb",
         "zarrdb tree data.zarrdb /climate",
         "zarrdb tree data.zip",
+        "zarrdb tree https://example.org/files/data.zarrdb",
     )
 
 
@@ -269,6 +288,8 @@ async def run_tree(args: argparse.Namespace) -> int:
 
 def _give_back_hint(facts: dict) -> str:
     """How the free pages of this file go back to the file system."""
+    if "://" in facts["path"]:
+        return "vacuum the local file before publishing it"
     if facts.get("auto_vacuum") == "incremental":
         return "the next store to open it for writing gives them back when it closes"
     return "'zarrdb vacuum' gives them back"

@@ -11,9 +11,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from zarrdb.cli import hierarchy
-from zarrdb.cli.common import add_busy_timeout, display, emit_json, epilog, human, inner_path
+from zarrdb.cli.common import (
+    add_busy_timeout,
+    add_storage_options,
+    display,
+    emit_json,
+    epilog,
+    human,
+    inner_path,
+    storage_options,
+)
 from zarrdb.cli.framework import EXIT_OK, BadInput
-from zarrdb.cli.stores import closing, open_zarrdb, remove, temporary_sibling
+from zarrdb.cli.stores import closing, open_zarrdb, remove, require_local, temporary_sibling
 
 # --- zarrdb mv -----------------------------------------------------------------------------------
 
@@ -76,6 +85,7 @@ async def _check_move(store: Any, file: str, src: str, dst: str) -> None:
 async def run_mv(args: argparse.Namespace) -> int:
     import zarr.api.asynchronous as zarr_async
 
+    require_local(args.file, "mv")
     src = inner_path(args.source)
     dst = inner_path(args.dest)
     if not src or not dst:
@@ -116,20 +126,25 @@ async def run_mv(args: argparse.Namespace) -> int:
 
 
 def add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", metavar="FILE", help="the .zarrdb file")
-    parser.add_argument("dest", metavar="DEST", help="the new file")
+    parser.add_argument("file", metavar="FILE", help="the .zarrdb file, or its URL")
+    parser.add_argument("dest", metavar="DEST", help="the new file (a local path)")
     parser.add_argument("--overwrite", action="store_true", help="replace DEST if it exists")
     add_busy_timeout(parser)
+    add_storage_options(parser)
     parser.epilog = epilog(
         "SQLite's online backup copies the file as of one moment, while other processes keep\n"
         "reading and writing it. The copy is one self-contained file in DELETE journal mode;\n"
-        "it is written under a temporary name and renamed to DEST when complete.",
+        "it is written under a temporary name and renamed to DEST when complete. A .zarrdb at\n"
+        "a URL is read page by page through zarrdb's remote reader (one version of it).",
         "zarrdb snapshot live.zarrdb backup-$(date +%F).zarrdb",
+        "zarrdb snapshot s3://bucket/data.zarrdb data.zarrdb --storage-option region=eu-west-1",
     )
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
     dest = args.dest
+    options = storage_options(args, args.file)
+    require_local(dest, "snapshot")
     if os.path.isdir(dest):
         raise BadInput(f"{dest}: is a directory; give the path of the new .zarrdb file")
     if os.path.exists(dest) and not args.overwrite:
@@ -139,9 +154,9 @@ def run_snapshot(args: argparse.Namespace) -> int:
     parent = os.path.dirname(os.path.abspath(dest))
     if not os.path.isdir(parent):
         raise BadInput(f"{dest}: the folder {parent} does not exist; create it first")
-    if os.path.exists(dest) and os.path.samefile(dest, args.file):
+    if os.path.exists(dest) and os.path.exists(args.file) and os.path.samefile(dest, args.file):
         raise BadInput(f"{dest}: is the file itself; choose another name")
-    store = open_zarrdb(args.file, busy_timeout=args.busy_timeout)
+    store = open_zarrdb(args.file, busy_timeout=args.busy_timeout, storage_options=options)
     temporary = temporary_sibling(dest)
     remove(temporary)
     started = time.perf_counter()
@@ -189,6 +204,7 @@ def add_vacuum_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _facts(args: argparse.Namespace) -> dict[str, Any]:
+    require_local(args.file, "vacuum")
     with closing(open_zarrdb(args.file, busy_timeout=args.busy_timeout)) as store:
         return store.file_info()
 

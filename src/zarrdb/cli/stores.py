@@ -1,8 +1,11 @@
 """Opening the stores the commands work on, validated before anything is written.
 
-A location is a `.zarrdb` file, a `.zip` file, a directory or a URL (through fsspec). An
-existing file is recognised by its content, a new one by its name. Everything goes through
-the public API of zarrdb (`SQLiteStore`) and of zarr (`zarr.storage`).
+A location is a `.zarrdb` file, a `.zip` file, a directory or a URL. An existing file is
+recognised by its content, a new one by its name. A URL whose name ends like a .zarrdb file
+(s3://bucket/data.zarrdb, https://host/data.zarrdb) is a remote .zarrdb, read in place and
+read-only through zarrdb's remote reader (obstore); any other URL is opened through fsspec.
+Everything goes through the public API of zarrdb (`SQLiteStore`, `zarrdb.remote`) and of zarr
+(`zarr.storage`).
 """
 
 from __future__ import annotations
@@ -11,12 +14,13 @@ import asyncio
 import contextlib
 import os
 import shutil
+import urllib.parse
 import zipfile
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from zarrdb import errors
+from zarrdb import errors, remote
 from zarrdb.cli.framework import BadInput, one_line
 
 if TYPE_CHECKING:
@@ -28,6 +32,12 @@ if TYPE_CHECKING:
 SQLITE_HEADER = b"SQLite format 3\x00"
 ZARRDB_SUFFIXES = (".zarrdb", ".sqlite", ".sqlite3", ".db")
 STORE_KINDS = "a .zarrdb file, a .zip file, a directory or a URL"
+# For the help of the commands that take a URL.
+URL_HELP = (
+    "A URL that ends in .zarrdb (s3://, gs://, az://, http(s)://) is read in place by range\n"
+    "requests, read-only (pip install 'zarrdb[remote]'); --storage-option gives the endpoint,\n"
+    "region, credentials. Any other URL is opened through fsspec."
+)
 
 
 def sniff(path: str) -> str:
@@ -68,18 +78,25 @@ def require_zarrdb_path(path: str) -> None:
 
 
 def open_zarrdb(
-    path: str, *, busy_timeout: float, writable: bool = False, damage_is_bad_input: bool = True
-) -> SQLiteStore:
-    """An open SQLiteStore on the existing file `path`, validated before anything is written.
+    path: str, *, busy_timeout: float, writable: bool = False, checking: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+) -> SQLiteStore:  # fmt: skip
+    """An open SQLiteStore on the existing file `path` (or, read-only, on a URL), validated
+    before anything is written.
 
     The file is always opened read-only first, so a file that is not a SQLiteStore file (even
-    an empty SQLite database) is never initialised or modified; BadInput says why."""
+    an empty SQLite database) is never initialised or modified; BadInput says why (`checking`:
+    see ensure_open)."""
     from zarrdb import SQLiteStore
 
+    if remote.is_url(path):
+        if writable:
+            raise BadInput(f"{path}: .zarrdb files at a URL are read-only")
+        return open_remote_zarrdb(path, storage_options or {}, checking=checking)
     require_zarrdb_path(path)
     store = SQLiteStore(path, read_only=True, busy_timeout=busy_timeout)
     with _closed_on_error(store):
-        ensure_open(store, path, damage_is_bad_input)
+        ensure_open(store, path, checking=checking)
     if not writable:
         return store
     store.close()
@@ -98,20 +115,26 @@ def _closed_on_error(store: Store) -> Iterator[None]:
         raise
 
 
-def ensure_open(store: SQLiteStore, path: str, damage_is_bad_input: bool = True) -> None:
-    """Open `store` now; what makes the file unusable becomes BadInput."""
+def ensure_open(store: SQLiteStore, path: str, *, checking: bool = False) -> None:
+    """Open `store` now; what makes the file unusable becomes BadInput. For `zarrdb check`
+    (`checking`), damage and a format this zarrdb cannot read are raised as they are, to be
+    listed as problems."""
     try:
         store.ensure_open()
     except errors.NotAZarrDBError:
         raise BadInput(
             f"{path}: is not a .zarrdb file (an SQLite database without the SQLiteStore tables)"
         ) from None
+    except errors.UnclosedFileError as exc:
+        raise BadInput(str(exc)) from None
     except errors.FormatError as exc:
+        if checking:
+            raise
         raise BadInput(str(exc)) from None
     except errors.NotADatabaseError:
         raise BadInput(f"{path}: is not a .zarrdb file (not an SQLite database)") from None
     except errors.DatabaseCorruptError as exc:
-        if not damage_is_bad_input:
+        if checking:
             raise
         raise BadInput(
             f"{path}: the file is damaged ({exc.sqlite_message}); 'zarrdb check {path}' lists "
@@ -129,6 +152,92 @@ def ensure_open(store: SQLiteStore, path: str, damage_is_bad_input: bool = True)
         ) from None
 
 
+# --- .zarrdb files at a URL (read-only) ---------------------------------------------------------
+
+
+def names_zarrdb(url: str) -> bool:
+    """Whether `url` is one zarrdb reads remotely and its name ends like a .zarrdb file."""
+    return remote.is_url(url) and urllib.parse.urlsplit(url).path.lower().endswith(
+        ZARRDB_SUFFIXES
+    )
+
+
+def require_local(path: str, command: str) -> None:
+    """BadInput if `path` is a URL: .zarrdb files are written locally (`command` would)."""
+    if "://" not in path:
+        return
+    if command in ("mv", "vacuum"):
+        what = (
+            f"'zarrdb {command}' changes the file: download it (zarrdb copy {path} "
+            "local.zarrdb), change the local copy, and upload that"
+        )
+    else:
+        what = f"'zarrdb {command}' writes a local .zarrdb file: give a local path, then upload it"
+    raise BadInput(f"{path}: .zarrdb files at a URL are read-only, and {what}")
+
+
+def remote_options(url: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The storage_options for reading `url`: `max_retries=N` is obstore's retry_config, and
+    plain HTTP is allowed when the URL, or the endpoint (an option, else a variable obstore
+    reads: AWS_ENDPOINT, ...), says http://, unless an option or a variable says whether to
+    allow it."""
+    out = dict(options)
+    if "max_retries" in out:
+        out["retry_config"] = {"max_retries": int(out.pop("max_retries"))}
+    given = [(key.lower(), value) for key, value in out.items()]
+    env = [
+        (name.lower(), value)
+        for name, value in os.environ.items()
+        if name.startswith(("AWS_", "GOOGLE_", "AZURE_"))
+    ]
+    if any(key.endswith("allow_http") for key, _ in given + env):
+        return out
+    endpoints = [v for k, v in given if "endpoint" in k] or [v for k, v in env if "endpoint" in k]
+    if any(str(where).lower().startswith("http://") for where in [url, *endpoints]):
+        out["allow_http"] = True
+    return out
+
+
+@contextlib.contextmanager
+def remote_errors(url: str) -> Iterator[None]:
+    """What makes a .zarrdb at `url` unreadable, as BadInput (a failed request is left to
+    the framework: one line, exit code 2)."""
+    try:
+        yield
+    except ImportError as exc:
+        raise BadInput(f"{url}: {exc}") from None
+    except FileNotFoundError:
+        raise BadInput(
+            f"{url}: no such file (nothing at this URL; check the bucket and the path, and "
+            "the endpoint or region given with --storage-option)"
+        ) from None
+    except errors.UnclosedFileError as exc:
+        raise BadInput(str(exc)) from None
+    except errors.NotADatabaseError:
+        raise BadInput(f"{url}: is not a .zarrdb file (not an SQLite database)") from None
+    except ValueError as exc:
+        text = one_line(str(exc))
+        raise BadInput(
+            f"argument --storage-option: {text}" if "storage_options" in text else text
+        ) from None
+
+
+def open_remote_zarrdb(
+    url: str, storage_options: Mapping[str, Any], *, checking: bool = False
+) -> SQLiteStore:
+    """An open, read-only SQLiteStore on the .zarrdb at `url`; BadInput says why it cannot
+    be read."""
+    from zarrdb import SQLiteStore
+
+    with remote_errors(url):
+        store = SQLiteStore(
+            url, read_only=True, storage_options=remote_options(url, storage_options)
+        )
+        with _closed_on_error(store):
+            ensure_open(store, url, checking=checking)
+    return store
+
+
 @contextlib.contextmanager
 def closing(store: Store) -> Iterator[Store]:
     try:
@@ -142,21 +251,32 @@ def closing(store: Store) -> Iterator[Store]:
 
 @dataclass
 class Location:
-    """Where a store is, what kind it is, and whether it exists."""
+    """Where a store is, what kind it is, and whether it exists; a URL's storage_options."""
 
     path: str
-    kind: str  # "zarrdb" | "zip" | "dir" | "url"
+    kind: str  # "zarrdb" | "zip" | "dir" | "url" (fsspec)
     exists: bool
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def remote(self) -> bool:
+        """A .zarrdb file at a URL, read in place (read-only)."""
+        return self.kind == "zarrdb" and "://" in self.path
 
     @property
     def local(self) -> bool:
-        return self.kind != "url"
+        return self.kind != "url" and not self.remote
 
 
-def classify(path: str, role: str) -> Location:
+def classify(path: str, role: str, storage_options: Mapping[str, Any] | None = None) -> Location:
     """The store at `path`; `role` is "source" (must exist) or "destination"."""
     if "://" in path:
-        return Location(path, "url", True)
+        options = dict(storage_options or {})
+        if names_zarrdb(path):
+            if role == "destination":
+                require_local(path, "copy")
+            return Location(path, "zarrdb", True, options)
+        return Location(path, "url", True, options)
     if os.path.isdir(path):
         return Location(path, "dir", True)
     lower = path.lower()
@@ -197,6 +317,8 @@ async def open_store(
     from zarr.storage import LocalStore, ZipStore
 
     at = where.path if at is None else at
+    if where.remote:
+        return open_remote_zarrdb(where.path, where.storage_options)
     if where.kind == "zarrdb":
         from zarrdb import SQLiteStore
 
@@ -222,11 +344,13 @@ async def open_store(
         ) from None
     from zarr.storage import FsspecStore
 
-    options = None
+    options = dict(where.storage_options)
     if not read_only and where.path.split("://", 1)[0] in ("file", "local"):
-        options = {"auto_mkdir": True}  # fsspec's local file system makes no folders by itself
+        options["auto_mkdir"] = True  # fsspec's local file system makes no folders by itself
     try:
-        return FsspecStore.from_url(where.path, storage_options=options, read_only=read_only)
+        return FsspecStore.from_url(
+            where.path, storage_options=options or None, read_only=read_only
+        )
     except (ImportError, ValueError, TypeError) as exc:
         raise BadInput(
             f"{where.path}: cannot be opened through fsspec ({one_line(str(exc))})"
