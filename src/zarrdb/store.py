@@ -34,6 +34,7 @@ from zarrdb._connections import (
     DEFAULT_CACHE_KIB,
     DEFAULT_MMAP_BYTES,
     Connections,
+    unwind_on_sigterm,
 )
 
 if TYPE_CHECKING:
@@ -240,6 +241,10 @@ class SQLiteStore(Store):
         }
         self._conns: Connections | None = None
         self._closer: weakref.finalize | None = None
+        if not self.read_only:
+            # So that SIGTERM, too, leaves the file whole (see unwind_on_sigterm): made here,
+            # in the caller's thread (zarr opens stores on its own event-loop thread).
+            unwind_on_sigterm()
         self._open_lock = threading.Lock()
 
     # --- life cycle ------------------------------------------------------------------------

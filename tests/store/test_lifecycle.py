@@ -93,6 +93,44 @@ def test_unclosed_stores_leave_one_whole_file_at_exit(tmp_path):
     assert shape == "[80,64]"
 
 
+_ENDING = """
+import os, signal, sys, time
+import zarr
+from zarrdb import SQLiteStore
+path, how = sys.argv[1], sys.argv[2]
+store = SQLiteStore(path, journal="wal")
+zarr.create_array(store, name="a", shape=(100,), chunks=(10,), dtype="i4")[:] = 7
+print("ready", flush=True)
+if how == "exception":
+    raise RuntimeError("an exception nobody catches")
+time.sleep(60)  # SIGTERM or Ctrl-C (SIGINT) comes meanwhile
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGTERM"), reason="POSIX signals")
+@pytest.mark.parametrize("how", ["sigterm", "sigint", "exception"])
+def test_process_ending_by_signal_or_exception_leaves_one_whole_file(tmp_path, how):
+    """A program that never closes its store (in WAL mode, which leaves -wal/-shm files
+    while open) ends by SIGTERM, by Ctrl-C, or by an exception nobody catches: one file in
+    DELETE mode remains, with every write in it."""
+    path = tmp_path / f"{how}.zarrdb"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _ENDING, str(path), how],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "ready"
+    if how != "exception":
+        proc.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0, err
+    assert proc.returncode != -signal.SIGTERM, "SIGTERM ended it without the exit handlers"
+    assert sidecars(path) == []
+    assert header_mode(path) == (1, 1)
+    assert rows_seen_by_stdlib(path, "SELECT count(*) FROM zarr WHERE k LIKE 'a/c/%'") == [[10]]
+
+
 def test_garbage_collected_store_is_closed_like_close(tmp_path):
     path = tmp_path / "collected.zarrdb"
     store = SQLiteStore(path, journal="wal")
