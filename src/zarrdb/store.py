@@ -5,6 +5,7 @@ in its own modules (see ARCHITECTURE.md):
 - _connections.py: opening and creating the file, one read connection per thread, closing on
   every path;
 - _writing.py: writes go to the engine's writer thread (group commit beside zarr's own work);
+- _file_ops.py: file-level operations (rename, backup, vacuum, check, file_info, ...);
 - explicit transactions (`with store.transaction():`) are below, on top of _writing.
 """
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import warnings
 import weakref
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -28,7 +28,7 @@ from zarr.abc.store import (
 )
 from zarr.core.buffer import Buffer, BufferPrototype, cpu, default_buffer_prototype
 
-from zarrdb import _format, errors
+from zarrdb import _format
 from zarrdb import remote as _remote
 from zarrdb._connections import (
     DEFAULT_CACHE_KIB,
@@ -36,11 +36,11 @@ from zarrdb._connections import (
     Connections,
     unwind_on_sigterm,
 )
+from zarrdb._file_ops import FileOperations
 
 if TYPE_CHECKING:
     from typing import Self
 
-    from zarrdb._core import Database
 
 __all__ = ["SQLiteStore"]
 
@@ -145,7 +145,7 @@ class _TransactionContext:
         self.__exit__(exc_type, exc, tb)
 
 
-class SQLiteStore(Store):
+class SQLiteStore(FileOperations, Store):
     """A zarr v3 store that keeps a whole hierarchy in one SQLite file (SQLiteStore 1.0).
 
     Parameters
@@ -383,111 +383,6 @@ class SQLiteStore(Store):
         block raises). Nested blocks join the outer one. Reads inside see the block's writes."""
         return _TransactionContext(self)
 
-    # --- file-level operations (used by the command line; public API) --------------------------
-
-    def _maintain(self, fn: Any) -> Any:
-        """Run `fn(db)` on the write connection, once everything queued is committed."""
-        conns = self._connections_for_write()
-        if conns.in_transaction():
-            with conns.read_connection() as db:
-                return fn(db)
-        with conns.write_connection() as db:
-            return fn(db)
-
-    def move(self, source: str, dest: str) -> int:
-        """Deprecated name of `rename` (zarr's `ZipStore.move` moves the whole store instead)."""
-        warnings.warn(
-            "SQLiteStore.move(source, dest) is renamed SQLiteStore.rename(source, dest)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.rename(source, dest)
-
-    def rename(self, source: str, dest: str) -> int:
-        """Rename the group or array at `source` to `dest` (paths inside the hierarchy) in one
-        transaction: readers see the hierarchy before or after, never between. Returns the
-        number of keys moved. FileNotFoundError if `source` holds nothing; FileExistsError if
-        `dest` holds something already."""
-        src = _format.dir_prefix(source)
-        dst = _format.dir_prefix(dest)
-        if not src or not dst:
-            raise errors.InvalidKeyError("cannot move the root of the hierarchy, or onto it")
-        if dst.startswith(src) or src.startswith(dst):
-            raise errors.InvalidKeyError(f"cannot move {source!r} into itself or its parent {dest!r}")
-        _format.check_key(dst[:-1])
-
-        def run(db: Database) -> int:
-            with db.transaction():
-                if not db.has_prefix(src):
-                    raise FileNotFoundError(f"nothing stored at {source!r} in {self.path!r}")
-                if db.has_prefix(dst):
-                    raise FileExistsError(f"{dest!r} exists already in {self.path!r}")
-                moved = db.rename_prefix(src, dst)
-                db.execute(_format.TOUCH_MODIFIED_AT)
-            return moved
-
-        return self._maintain(run)
-
-    def backup(self, dest: str | os.PathLike[str]) -> None:
-        """A consistent point-in-time copy of the file at `dest` (SQLite's online backup; other
-        processes may keep writing meanwhile). The copy is one file in DELETE journal mode."""
-        target = os.fspath(dest)
-        if os.path.exists(target):
-            raise FileExistsError(f"{target!r} exists already")
-        with self._connections().read_connection() as db:
-            db.backup_to(target)
-
-    def vacuum(self) -> None:
-        """Rebuild the file without free pages (needs about the file's size in free space)."""
-        self._maintain(lambda db: db.vacuum())
-
-    def check(self) -> list[str]:
-        """Problems SQLite's integrity check finds in the file (empty when it is sound)."""
-        with self._connections().read_connection() as db:
-            return db.integrity_check()
-
-    def key_sizes(self, prefix: str = "") -> list[tuple[str, int]]:
-        """(key, stored length) of every key starting with `prefix`, without reading values."""
-        with self._connections().read_connection() as db:
-            return db.list_prefix_sizes(prefix)
-
-    def remote_stats(self) -> dict[str, int] | None:
-        """For a remote file: its block cache's counters (requests, bytes fetched, block hits
-        and misses, waits for another thread's request, failures, evictions, cached_bytes);
-        None for a local file."""
-        remote = self._connections().remote
-        return None if remote is None else remote.stats()
-
-    def file_info(self) -> dict[str, Any]:
-        """Facts about the file: format metadata, SQLite settings, key count and stored bytes."""
-        import zarrdb
-
-        conns = self._connections()
-        with conns.read_connection() as db:
-            facts = _format.read_facts(db)
-            page_size = db.pragma("page_size")
-            freelist = db.pragma("freelist_count")
-            info: dict[str, Any] = {
-                "path": self.path,
-                "file_size": conns.remote.size if conns.remote else os.path.getsize(self.path),
-                "format_version": facts.metadata.get("sqlitestore_version"),
-                "created_by": facts.metadata.get("created_by"),
-                "modified_at": facts.metadata.get("modified_at"),
-                "compatible_flags": facts.metadata.get("compatible_flags"),
-                "incompatible_flags": facts.metadata.get("incompatible_flags"),
-                "application_id": facts.application_id,
-                "sqlite_version": zarrdb.sqlite_version,
-                "page_size": page_size,
-                "page_count": db.pragma("page_count"),
-                "freelist_count": freelist,
-                "free_bytes": page_size * freelist,
-                "auto_vacuum": ("none", "full", "incremental")[db.pragma("auto_vacuum")],
-                "journal_mode": db.journal_mode(),
-                "keys": db.count_prefix(""),
-                "stored_bytes": db.size_prefix(""),
-            }
-        return info
-
     # --- reads -------------------------------------------------------------------------------
 
     def get_sync(
@@ -498,15 +393,11 @@ class SQLiteStore(Store):
         byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
         """Synchronous `get`, for zarr's codec worker threads."""
-        if prototype is None:
-            prototype = default_buffer_prototype()
-        start, length = _byte_range(byte_range)
         with self._connections().read_connection() as db:
-            if byte_range is None:
-                data = db.get(key)
-            else:
-                data = db.get_range(key, start, length)
-        return None if data is None else _as_buffer(prototype, data)
+            data = db.get(key) if byte_range is None else db.get_range(key, *_byte_range(byte_range))
+        if data is None:
+            return None
+        return _as_buffer(prototype or default_buffer_prototype(), data)
 
     async def get(
         self,
