@@ -1750,3 +1750,5 @@ cdef class Database:
 
 
 include "_writer.pxi"
+
+include "_vfs_powerloss.pxi"
