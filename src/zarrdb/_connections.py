@@ -43,6 +43,26 @@ DEFAULT_CACHE_KIB = 16384
 # OS page cache, and a byte range deep in a large value costs no page reads to reach.
 DEFAULT_MMAP_BYTES = 256 * 1024 * 1024
 
+
+def _synchronous(durability: str, journal: str) -> str | None:
+    """PRAGMA synchronous of the write connection; None leaves it to SQLite, which then uses
+    FULL while the file is in a rollback journal and NORMAL once it is in WAL mode (setup.py's
+    SQLITE_DEFAULT_WAL_SYNCHRONOUS; a system SQLite may use FULL there too), following the
+    writer's switch from one to the other (journal="auto").
+
+    A power loss (tests/reliability/test_power_loss.py) showed why: with NORMAL, SQLite does
+    not sync the end of a rollback journal (its truncation or deletion), so the journal can come
+    back over later writes (the file truncated after VACUUM, sectors of the next journal), and
+    rolling it back damaged the file; with FULL, a deleted journal can come back whole and roll
+    back a commit that had returned. EXTRA is FULL plus a sync of the directory once the
+    journal is deleted. In WAL mode NORMAL only loses the last commits."""
+    if durability == "off":
+        return "off"
+    if durability == "full" or journal == "delete":
+        return "extra"
+    return "normal" if journal == "wal" else None
+
+
 # Every Connections object alive in this process, for closing siblings on the same file.
 _live: weakref.WeakSet[Connections] = weakref.WeakSet()
 
@@ -100,7 +120,7 @@ class Connections:
             mode="c",
             busy_timeout=opts["busy_timeout"],
             cache_size=opts["cache_size"],
-            synchronous=opts["durability"],
+            synchronous=_synchronous(opts["durability"], opts["journal"]),
         )
         try:
             facts = _format.read_facts(db)
