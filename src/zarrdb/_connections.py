@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from zarrdb import _format, errors
-from zarrdb._core import Database
+from zarrdb._core import Database, _library_info
 from zarrdb._writing import Writing
 
 # New files get 64 KiB pages: a large value (a shard) is a chain of 16 times fewer overflow
@@ -44,6 +44,20 @@ DEFAULT_CACHE_KIB = 16384
 DEFAULT_MMAP_BYTES = 256 * 1024 * 1024
 
 
+def compiled_default(name: str) -> int | None:
+    """A number the SQLite in use was compiled with, e.g. DEFAULT_SYNCHRONOUS (None: unknown)."""
+    for option in _library_info()[2]:
+        key, _, value = option.partition("=")
+        if key == name and value.isdigit():
+            return int(value)
+    return None
+
+
+# SQLite's synchronous setting when none is set: its default while the file is in a rollback
+# journal (FULL, 2, in zarrdb's build and most others), its WAL default in WAL mode.
+_ROLLBACK_DEFAULT_IS_FULL = (compiled_default("DEFAULT_SYNCHRONOUS") or 0) >= 2
+
+
 def _synchronous(durability: str, journal: str) -> str | None:
     """PRAGMA synchronous of the write connection; None leaves it to SQLite, which then uses
     FULL while the file is in a rollback journal and NORMAL once it is in WAL mode (setup.py's
@@ -60,7 +74,9 @@ def _synchronous(durability: str, journal: str) -> str | None:
         return "off"
     if durability == "full" or journal == "delete":
         return "extra"
-    return "normal" if journal == "wal" else None
+    if journal == "wal":
+        return "normal"
+    return None if _ROLLBACK_DEFAULT_IS_FULL else "full"
 
 
 # Every Connections object alive in this process, for closing siblings on the same file.
