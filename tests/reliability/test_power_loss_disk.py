@@ -196,6 +196,10 @@ def test_enabling_twice_is_refused(tmp_path):
     assert in_child(child) == 10
 
 
+@pytest.mark.skipif(
+    not _core.BUNDLED_SQLITE,
+    reason="built against the system SQLite, which Python's sqlite3 shares (and its VFS list)",
+)
 def test_files_written_outside_the_simulation_are_untouched(tmp_path):
     """A database another library writes (Python's sqlite3, not zarrdb's SQLite) is not on the
     simulated disk: its unsynced writes survive the cut."""
