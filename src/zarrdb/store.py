@@ -45,7 +45,8 @@ if TYPE_CHECKING:
 __all__ = ["SQLiteStore"]
 
 Durability = Literal["full", "normal", "off"]
-# Each durability level is SQLite's synchronous setting of the same name.
+# Durability levels; the SQLite synchronous setting each stands for, by journal mode, is chosen
+# in _connections._synchronous.
 _DURABILITY_LEVELS = ("full", "normal", "off")
 
 # A read of at most this many bytes runs on the event loop's thread; a longer one is handed to
