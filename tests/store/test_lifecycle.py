@@ -98,6 +98,9 @@ import os, signal, sys, time
 import zarr
 from zarrdb import SQLiteStore
 path, how = sys.argv[1], sys.argv[2]
+# A program run from a terminal turns Ctrl-C into KeyboardInterrupt; Python leaves SIGINT
+# ignored instead when it inherits it ignored (a background job of a shell, as a CI runner's).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 store = SQLiteStore(path, journal="wal")
 zarr.create_array(store, name="a", shape=(100,), chunks=(10,), dtype="i4")[:] = 7
 print("ready", flush=True)
