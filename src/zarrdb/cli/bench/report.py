@@ -188,6 +188,33 @@ def markdown_tables(ctx: Context) -> str:
     return "\n".join(lines)
 
 
+def markdown_report(
+    ctx: Context, conditions: dict[str, Any] | None = None, full: bool = False
+) -> str:
+    """What `--markdown` writes: where and how the run measured (versions, machine, length,
+    the load of other processes), what the data sets are, then the tables."""
+    env = environment()
+    conditions = conditions or {}
+    cfg = ctx.config
+    run = f"{'full' if full else 'quick'} run, {cfg.repeat} repetition(s)"
+    if conditions.get("seconds") is not None:
+        run += f", {conditions['seconds']:.0f} s"
+    share = conditions.get("others_cpu_share")
+    if share is not None:
+        run += f"; other processes used {share:.0%} of the machine's CPU meanwhile"
+    python = env["python"].split()[0]
+    lines = [
+        f"zarrdb {env['zarrdb']} (SQLite {env['sqlite_version']}), zarr {env['zarr']}, "
+        f"numpy {env['numpy']}, numcodecs {env['numcodecs']}, Python {python}; "
+        f"{env['platform']}, {env['cpu']}, {env['cpus']} logical CPUs; {run}.",
+        "",
+        f"Data: {legend(cfg)}.",
+        "",
+        markdown_tables(ctx),
+    ]
+    return "\n".join(lines)
+
+
 def to_json(ctx: Context, conditions: dict[str, Any] | None = None) -> dict[str, Any]:
     results = ctx.results
     return {
