@@ -9,8 +9,8 @@ pytest-benchmark's own table compares them:
     page size x journal mode      ingest of 16 KiB and 1 MiB values (engine)
     page size x auto_vacuum       random 16 KiB ranges deep inside 1 / 4 / 16 MiB values (engine)
     cache_size x mmap_size        random reads (engine, the store's file layout)
-    GROUP_COMMIT_MAX_BYTES,
-    INLINE_COMMIT_MAX             zarr `arr[:] = data` through SQLiteStore (constants patched)
+    the writer's group commit     zarr `arr[:] = data` through SQLiteStore (constants patched:
+                                  GROUP_COMMIT_MAX_BYTES, _AGE, BLOB_WRITE_MIN, CHECKPOINT_PAGES)
     INLINE_READ_MAX               `await store.get()` inline vs through asyncio.to_thread
 
 ZARRDB_TUNABLES_QUICK=1 shrinks the data sets (a smoke test of the benchmarks themselves).

@@ -2,7 +2,7 @@
 
     python benchmarks/tunables.py [--quick] [--reps N] [--only SECTION ...] [--json out.json]
 
-Sections (each a default in src/zarrdb/store.py):
+Sections (each a default in src/zarrdb/store.py, _writing.py or _connections.py):
 
     page      page size (4 .. 64 KiB) x journal mode while ingesting (WAL vs DELETE), on ingest
               of 16 KiB and 1 MiB values (engine, transactions of ~8 MiB, as group commits are)
@@ -10,8 +10,9 @@ Sections (each a default in src/zarrdb/store.py):
               byte ranges from the second half of 1, 4 and 16 MiB values (engine)
     cache     cache_size 2 MiB vs 32 MiB x mmap_size 0 vs 256 MiB on random reads (engine, the
               store's file layout: 64 KiB pages, incremental auto-vacuum)
-    commit    GROUP_COMMIT_MAX_BYTES (8 / 64 / 256 MiB) and INLINE_COMMIT_MAX (every commit in a
-              worker thread / 1 MiB / every commit on the event loop) on zarr `arr[:] = data`
+    commit    the writer thread's group commit: GROUP_COMMIT_MAX_BYTES (8 / 64 / 256 MiB),
+              GROUP_COMMIT_MAX_AGE (0.5 / 2 / 8 ms), BLOB_WRITE_MIN (incremental blob writes
+              from 128 KiB, or never) and CHECKPOINT_PAGES (256 / 1024) on zarr `arr[:] = data`
     inline    INLINE_READ_MAX: `await store.get()` inline vs through asyncio.to_thread, for
               values of 1 KiB .. 4 MiB, one at a time and 8 gathered
 
@@ -47,6 +48,8 @@ from typing import Any
 import numpy as np
 
 import zarrdb
+import zarrdb._connections as zconnections
+import zarrdb._writing as zwriting
 import zarrdb.store as zstore
 from zarrdb import SQLiteStore
 from zarrdb._core import Database
@@ -59,9 +62,25 @@ TABLE = "CREATE TABLE zarr(k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL)"
 RANGE = 16 * KIB
 
 
-def store_default(name: str, fallback: Any) -> Any:
-    """A constant of zarrdb.store as it is now (the module may not define every one)."""
-    return getattr(zstore, name, fallback)
+# The modules whose constants a section varies; each constant lives in exactly one of them.
+_TUNED_MODULES = (zstore, zwriting, zconnections)
+
+
+def _home(name: str) -> Any:
+    for module in _TUNED_MODULES:
+        if hasattr(module, name):
+            return module
+    raise KeyError(f"no zarrdb module defines {name}")
+
+
+def store_default(name: str, fallback: Any = None) -> Any:
+    """A tunable constant as zarrdb defines it now (`fallback` if no module defines it)."""
+    try:
+        return getattr(_home(name), name)
+    except KeyError:
+        if fallback is None:
+            raise
+        return fallback
 
 
 def cache_kib() -> int:
@@ -69,7 +88,7 @@ def cache_kib() -> int:
 
 
 def autocheckpoint_pages() -> int:
-    return store_default("WRITER_AUTOCHECKPOINT_PAGES", 1000)
+    return store_default("WAL_LIMIT_PAGES", 1000)
 
 
 @dataclass
@@ -162,15 +181,17 @@ def median(xs: list[float]) -> float:
 
 @contextlib.contextmanager
 def patched(**constants: Any) -> Iterator[None]:
-    """Set module constants of zarrdb.store for the block (this process only)."""
-    old = {name: getattr(zstore, name) for name in constants}
+    """Set zarrdb's module constants for the block (this process only; stores opened inside
+    it read them when they start their writer)."""
+    homes = {name: _home(name) for name in constants}
+    old = {name: getattr(homes[name], name) for name in constants}
     try:
         for name, value in constants.items():
-            setattr(zstore, name, value)
+            setattr(homes[name], name, value)
         yield
     finally:
         for name, value in old.items():
-            setattr(zstore, name, value)
+            setattr(homes[name], name, value)
 
 
 # --- page size x journal mode on ingest (engine) ---------------------------------------------
@@ -432,33 +453,17 @@ def zarr_ingest_seconds(
         store.close()
 
 
-def commit_variants() -> list[tuple[str, dict[str, int], bool]]:
-    default_cap = store_default("GROUP_COMMIT_MAX_BYTES", 64 * MIB)
-    default_inline = store_default("INLINE_COMMIT_MAX", MIB)
-    out = []
-    for cap in (8 * MIB, 64 * MIB, 256 * MIB):
-        out.append(
-            (
-                f"cap {cap // MIB} MiB",
-                {"GROUP_COMMIT_MAX_BYTES": cap, "INLINE_COMMIT_MAX": default_inline},
-                False,
-            )
-        )
-    for label, inline in (
-        ("inline never (0)", 0),
-        ("inline <= 8 MiB", 8 * MIB),
-        ("inline always", 1 << 62),
-    ):
-        out.append(
-            (label, {"GROUP_COMMIT_MAX_BYTES": default_cap, "INLINE_COMMIT_MAX": inline}, False)
-        )
-    out.append(
-        (
-            "defaults, new file",
-            {"GROUP_COMMIT_MAX_BYTES": default_cap, "INLINE_COMMIT_MAX": default_inline},
-            True,
-        )
-    )
+def commit_variants() -> list[tuple[str, dict[str, Any], bool]]:
+    """(label, constants, new file) for the commit section: each variant moves one constant
+    of the writer thread away from its default."""
+    out: list[tuple[str, dict[str, Any], bool]] = [("defaults", {}, False)]
+    for cap in (8 * MIB, 256 * MIB):
+        out.append((f"cap {cap // MIB} MiB", {"GROUP_COMMIT_MAX_BYTES": cap}, False))
+    for age in (0.5e-3, 8e-3):
+        out.append((f"max age {age * 1e3:g} ms", {"GROUP_COMMIT_MAX_AGE": age}, False))
+    out.append(("blob writes never", {"BLOB_WRITE_MIN": 1 << 62}, False))
+    out.append(("checkpoint 1024 pages", {"CHECKPOINT_PAGES": 1024}, False))
+    out.append(("defaults, new file", {}, True))
     return out
 
 
@@ -485,9 +490,10 @@ def section_commit(root: Path, scale: Scale, reps: int) -> dict[str, Any]:
         rows.append({"variant": label, **{f"{n} MB/s": median(results[(label, n)]) for n in loads}})
     fresh(root / "zarr.zarrdb")
     defaults = (
-        f"defaults: GROUP_COMMIT_MAX_BYTES="
-        f"{store_default('GROUP_COMMIT_MAX_BYTES', 0) // MIB} MiB, "
-        f"INLINE_COMMIT_MAX={store_default('INLINE_COMMIT_MAX', 0) // KIB} KiB"
+        f"defaults: GROUP_COMMIT_MAX_BYTES={store_default('GROUP_COMMIT_MAX_BYTES') // MIB} MiB, "
+        f"GROUP_COMMIT_MAX_AGE={store_default('GROUP_COMMIT_MAX_AGE') * 1e3:g} ms, "
+        f"BLOB_WRITE_MIN={store_default('BLOB_WRITE_MIN') // KIB} KiB, "
+        f"CHECKPOINT_PAGES={store_default('CHECKPOINT_PAGES')}"
     )
     return {
         "rows": rows,
@@ -626,7 +632,7 @@ TITLES = {
     "page": "page size x journal mode: ingest",
     "deep": "page size x auto_vacuum: 16 KiB ranges deep inside large values",
     "cache": "cache_size x mmap_size: random reads",
-    "commit": "group-commit cap and inline commits: zarr ingest",
+    "commit": "the writer's group commit: zarr ingest",
     "inline": "INLINE_READ_MAX: async get inline vs in a worker thread",
 }
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from zarrdb import _format, errors
 from zarrdb import remote as _remote
-from zarrdb._core import Database
+from zarrdb._core import Database, _library_info
 from zarrdb._writing import Writing
 
 # New files get 64 KiB pages: a large value (a shard) is a chain of 16 times fewer overflow
@@ -45,6 +45,42 @@ DEFAULT_CACHE_KIB = 16384
 # Read connections map this much of the file into memory: a value is copied straight from the
 # OS page cache, and a byte range deep in a large value costs no page reads to reach.
 DEFAULT_MMAP_BYTES = 256 * 1024 * 1024
+
+
+def compiled_default(name: str) -> int | None:
+    """A number the SQLite in use was compiled with, e.g. DEFAULT_SYNCHRONOUS (None: unknown)."""
+    for option in _library_info()[2]:
+        key, _, value = option.partition("=")
+        if key == name and value.isdigit():
+            return int(value)
+    return None
+
+
+# SQLite's synchronous setting when none is set: its default while the file is in a rollback
+# journal (FULL, 2, in zarrdb's build and most others), its WAL default in WAL mode.
+_ROLLBACK_DEFAULT_IS_FULL = (compiled_default("DEFAULT_SYNCHRONOUS") or 0) >= 2
+
+
+def _synchronous(durability: str, journal: str) -> str | None:
+    """PRAGMA synchronous of the write connection; None leaves it to SQLite, which then uses
+    FULL while the file is in a rollback journal and NORMAL once it is in WAL mode (setup.py's
+    SQLITE_DEFAULT_WAL_SYNCHRONOUS; a system SQLite may use FULL there too), following the
+    writer's switch from one to the other (journal="auto").
+
+    A power loss (tests/reliability/test_power_loss.py) showed why: with NORMAL, SQLite does
+    not sync the end of a rollback journal (its truncation or deletion), so the journal can come
+    back over later writes (the file truncated after VACUUM, sectors of the next journal), and
+    rolling it back damaged the file; with FULL, a deleted journal can come back whole and roll
+    back a commit that had returned. EXTRA is FULL plus a sync of the directory once the
+    journal is deleted. In WAL mode NORMAL only loses the last commits."""
+    if durability == "off":
+        return "off"
+    if durability == "full" or journal == "delete":
+        return "extra"
+    if journal == "wal":
+        return "normal"
+    return None if _ROLLBACK_DEFAULT_IS_FULL else "full"
+
 
 # Every Connections object alive in this process, for closing siblings on the same file.
 _live: weakref.WeakSet[Connections] = weakref.WeakSet()
@@ -115,7 +151,7 @@ class Connections:
             mode="c",
             busy_timeout=opts["busy_timeout"],
             cache_size=opts["cache_size"],
-            synchronous=opts["durability"],
+            synchronous=_synchronous(opts["durability"], opts["journal"]),
         )
         try:
             facts = _format.read_facts(db)

@@ -1656,3 +1656,4 @@ cdef class Database:
 
 include "_writer.pxi"
 include "_remote_vfs.pxi"
+include "_vfs_powerloss.pxi"

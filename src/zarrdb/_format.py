@@ -122,12 +122,25 @@ class FileFacts:
         return METADATA_TABLE in self.tables and DATA_TABLE in self.tables
 
 
+def _as_text(value) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
 def read_facts(db) -> FileFacts:
     """Gather FileFacts through a zarrdb._core.Database."""
     application_id = int(db.pragma("application_id") or 0)
-    tables = dict(
-        db.execute("SELECT name, coalesce(sql, '') FROM sqlite_schema WHERE type = 'table'")
-    )
+    # A damaged schema can hold names that are not text (a blob, a number): they are reported
+    # as the file has them rather than failing the comparison with a TypeError.
+    tables = {
+        _as_text(name): _as_text(sql)
+        for name, sql in db.execute(
+            "SELECT name, coalesce(sql, '') FROM sqlite_schema WHERE type = 'table'"
+        )
+    }
     facts = FileFacts(application_id & 0xFFFFFFFF, tables)
     if METADATA_TABLE in tables:
         # Read as bytes and decode leniently: an informational record (created_by) in another

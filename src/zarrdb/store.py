@@ -5,6 +5,7 @@ in its own modules (see ARCHITECTURE.md):
 - _connections.py: opening and creating the file, one read connection per thread, closing on
   every path;
 - _writing.py: writes go to the engine's writer thread (group commit beside zarr's own work);
+- _file_ops.py: file-level operations (rename, backup, vacuum, check, file_info, ...);
 - explicit transactions (`with store.transaction():`) are below, on top of _writing.
 """
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import warnings
 import weakref
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -28,7 +28,7 @@ from zarr.abc.store import (
 )
 from zarr.core.buffer import Buffer, BufferPrototype, cpu, default_buffer_prototype
 
-from zarrdb import _format, errors
+from zarrdb import _format
 from zarrdb import remote as _remote
 from zarrdb._connections import (
     DEFAULT_CACHE_KIB,
@@ -36,16 +36,17 @@ from zarrdb._connections import (
     Connections,
     unwind_on_sigterm,
 )
+from zarrdb._file_ops import FileOperations
 
 if TYPE_CHECKING:
     from typing import Self
 
-    from zarrdb._core import Database
 
 __all__ = ["SQLiteStore"]
 
 Durability = Literal["full", "normal", "off"]
-# Each durability level is SQLite's synchronous setting of the same name.
+# Durability levels; the SQLite synchronous setting each stands for, by journal mode, is chosen
+# in _connections._synchronous.
 _DURABILITY_LEVELS = ("full", "normal", "off")
 
 # A read of at most this many bytes runs on the event loop's thread; a longer one is handed to
@@ -145,7 +146,7 @@ class _TransactionContext:
         self.__exit__(exc_type, exc, tb)
 
 
-class SQLiteStore(Store):
+class SQLiteStore(FileOperations, Store):
     """A zarr v3 store that keeps a whole hierarchy in one SQLite file (SQLiteStore 1.0).
 
     Pass it wherever zarr takes a store. The file is opened at the first use (or by
@@ -162,9 +163,11 @@ class SQLiteStore(Store):
         Open with SQLite's read-only mode: nothing is created or modified, and a missing file
         raises `FileNotFoundError`.
     durability
-        `"full"`: every commit is synced (survives a power loss or an OS crash); `"normal"`
-        (default): survives a crash of the process, a power loss may drop the last commits;
-        `"off"`: no sync at all, for bulk loads that can be redone.
+        `"full"`: every commit is synced, and the folder once a rollback journal is deleted
+        (SQLite's `synchronous=EXTRA`; survives a power loss or an OS crash); `"normal"`
+        (default): survives a crash of the process, a power loss may drop the last commits
+        made in WAL mode, never corrupts the file; `"off"`: no sync at all, for bulk loads
+        that can be redone (a power loss is likely to corrupt the file).
     page_size
         Page size in bytes of a new file: a power of two from 512 to 65536 (default 65536).
         An existing file keeps its own.
@@ -459,174 +462,6 @@ class SQLiteStore(Store):
         """
         return _TransactionContext(self)
 
-    # --- file-level operations (used by the command line; public API) --------------------------
-
-    def _maintain(self, fn: Any) -> Any:
-        """Run `fn(db)` on the write connection, once everything queued is committed."""
-        conns = self._connections_for_write()
-        if conns.in_transaction():
-            with conns.read_connection() as db:
-                return fn(db)
-        with conns.write_connection() as db:
-            return fn(db)
-
-    def move(self, source: str, dest: str) -> int:
-        """Deprecated name of `rename`.
-
-        zarr's `ZipStore.move` moves the whole store instead, hence the new name.
-        """
-        warnings.warn(
-            "SQLiteStore.move(source, dest) is renamed SQLiteStore.rename(source, dest)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.rename(source, dest)
-
-    def rename(self, source: str, dest: str) -> int:
-        """Rename a group or array, every key below it, in one transaction.
-
-        Readers (in any process) see the hierarchy before or after, never between.
-
-        Parameters
-        ----------
-        source
-            The path of the group or array inside the hierarchy (slashes around it are
-            optional).
-        dest
-            Its new path; nothing may be stored there yet.
-
-        Returns
-        -------
-        int
-            The number of keys moved.
-
-        Raises
-        ------
-        FileNotFoundError
-            If nothing is stored at `source`.
-        FileExistsError
-            If something is stored at `dest` already.
-        zarrdb.errors.InvalidKeyError
-            If either is the root, one lies inside the other, or `dest` is not a valid key.
-        """
-        src = _format.dir_prefix(source)
-        dst = _format.dir_prefix(dest)
-        if not src or not dst:
-            raise errors.InvalidKeyError("cannot move the root of the hierarchy, or onto it")
-        if dst.startswith(src) or src.startswith(dst):
-            raise errors.InvalidKeyError(f"cannot move {source!r} into itself or its parent {dest!r}")
-        _format.check_key(dst[:-1])
-
-        def run(db: Database) -> int:
-            with db.transaction():
-                if not db.has_prefix(src):
-                    raise FileNotFoundError(f"nothing stored at {source!r} in {self.path!r}")
-                if db.has_prefix(dst):
-                    raise FileExistsError(f"{dest!r} exists already in {self.path!r}")
-                moved = db.rename_prefix(src, dst)
-                db.execute(_format.TOUCH_MODIFIED_AT)
-            return moved
-
-        return self._maintain(run)
-
-    def backup(self, dest: str | os.PathLike[str]) -> None:
-        """Copy the file as of one moment to `dest`, while others may keep writing.
-
-        SQLite's online backup, page by page; the copy is one file in DELETE journal mode.
-        Use this (or `zarrdb snapshot`), never a file copy, for a file that is open.
-
-        Raises
-        ------
-        FileExistsError
-            If `dest` exists.
-        """
-        target = os.fspath(dest)
-        if os.path.exists(target):
-            raise FileExistsError(f"{target!r} exists already")
-        with self._connections().read_connection() as db:
-            db.backup_to(target)
-
-    def vacuum(self) -> None:
-        """Rebuild the file without free pages.
-
-        Needs free disk space of about the file's size. Files made by zarrdb give the space of
-        deleted values back by themselves; this is for other files, or to compact one.
-        """
-        self._maintain(lambda db: db.vacuum())
-
-    def check(self) -> list[str]:
-        """Run SQLite's integrity check on the file.
-
-        Returns
-        -------
-        list of str
-            The problems found, one per item; empty when the file is sound.
-        """
-        with self._connections().read_connection() as db:
-            return db.integrity_check()
-
-    def key_sizes(self, prefix: str = "") -> list[tuple[str, int]]:
-        """The stored size of every value whose key starts with `prefix`, without reading it.
-
-        Returns
-        -------
-        list of (str, int)
-            `(key, length in bytes)` pairs, in key order.
-        """
-        with self._connections().read_connection() as db:
-            return db.list_prefix_sizes(prefix)
-
-    def remote_stats(self) -> dict[str, int] | None:
-        """The counters of a remote file's block cache.
-
-        Returns
-        -------
-        dict or None
-            Requests, bytes fetched, block hits and misses, waits for another thread's
-            request, failures, evictions and `cached_bytes`; None for a local file.
-        """
-        remote = self._connections().remote
-        return None if remote is None else remote.stats()
-
-    def file_info(self) -> dict[str, Any]:
-        """Facts about the file, as `zarrdb info` shows them.
-
-        Returns
-        -------
-        dict
-            `path`, `file_size`, the format metadata (`format_version`, `created_by`,
-            `modified_at`, `compatible_flags`, `incompatible_flags`, `application_id`), SQLite's
-            settings (`sqlite_version`, `page_size`, `page_count`, `freelist_count`,
-            `free_bytes`, `auto_vacuum`, `journal_mode`), `keys` and `stored_bytes`.
-        """
-        import zarrdb
-
-        conns = self._connections()
-        with conns.read_connection() as db:
-            facts = _format.read_facts(db)
-            page_size = db.pragma("page_size")
-            freelist = db.pragma("freelist_count")
-            info: dict[str, Any] = {
-                "path": self.path,
-                "file_size": conns.remote.size if conns.remote else os.path.getsize(self.path),
-                "format_version": facts.metadata.get("sqlitestore_version"),
-                "created_by": facts.metadata.get("created_by"),
-                "modified_at": facts.metadata.get("modified_at"),
-                "compatible_flags": facts.metadata.get("compatible_flags"),
-                "incompatible_flags": facts.metadata.get("incompatible_flags"),
-                "application_id": facts.application_id,
-                "sqlite_version": zarrdb.sqlite_version,
-                "page_size": page_size,
-                "page_count": db.pragma("page_count"),
-                "freelist_count": freelist,
-                "free_bytes": page_size * freelist,
-                "auto_vacuum": ("none", "full", "incremental")[db.pragma("auto_vacuum")],
-                "journal_mode": db.journal_mode(),
-                "keys": db.count_prefix(""),
-                "stored_bytes": db.size_prefix(""),
-            }
-        return info
-
     # --- reads -------------------------------------------------------------------------------
 
     def get_sync(
@@ -655,15 +490,11 @@ class SQLiteStore(Store):
         Buffer or None
             The bytes, or None if the key is not stored.
         """
-        if prototype is None:
-            prototype = default_buffer_prototype()
-        start, length = _byte_range(byte_range)
         with self._connections().read_connection() as db:
-            if byte_range is None:
-                data = db.get(key)
-            else:
-                data = db.get_range(key, start, length)
-        return None if data is None else _as_buffer(prototype, data)
+            data = db.get(key) if byte_range is None else db.get_range(key, *_byte_range(byte_range))
+        if data is None:
+            return None
+        return _as_buffer(prototype or default_buffer_prototype(), data)
 
     async def get(
         self,

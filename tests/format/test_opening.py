@@ -91,6 +91,21 @@ async def test_another_applications_database(tmp_path, read_only):
 
 
 @MODES
+async def test_a_damaged_schema_with_a_table_name_that_is_not_text(tmp_path, read_only):
+    """A schema row whose name is a blob (a damaged file, or one edited by hand) is reported
+    in the refusal rather than breaking it."""
+    import sqlite3
+
+    path = builders.make_foreign_db(tmp_path / "odd.db", tables=("customers",))
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA writable_schema = ON")
+        db.execute("UPDATE sqlite_schema SET name = CAST(name AS BLOB) WHERE name = 'customers'")
+    assert query(path, "SELECT typeof(name) FROM sqlite_schema WHERE type='table'") == [("blob",)]
+    error = await _refused(path, read_only, NotAZarrDBError)
+    assert "customers" in str(error), str(error)
+
+
+@MODES
 async def test_only_the_zarr_table(tmp_path, read_only):
     path = builders.make_zarr_table_only(tmp_path / "half.zarrdb")
     error = await _refused(path, read_only, NotAZarrDBError)

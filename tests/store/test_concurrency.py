@@ -397,7 +397,7 @@ BEFORE = {
     "dir/a": b"1",
     "dir/b": b"2",
 }
-BIG = 3 * 1024 * 1024  # over INLINE_COMMIT_MAX: the commit path that leaves the loop's thread
+BIG = 3 * 1024 * 1024  # over BLOB_WRITE_MIN: written by the writer through the incremental blob API
 
 
 def _seed(store: SQLiteStore) -> None:

@@ -1,0 +1,194 @@
+"""File-level operations of SQLiteStore: renaming a node, backup, vacuum, integrity check,
+listing sizes, facts about the file (public API; the command line is built on them).
+
+A mixin: SQLiteStore provides `path`, `_connections()` (the open file, opened on first use) and
+`_connections_for_write()` (the same, after checking the store is writable).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from zarrdb import _format, errors
+
+if TYPE_CHECKING:
+    from zarrdb._connections import Connections
+    from zarrdb._core import Database
+
+
+class FileOperations:
+    path: str
+
+    if TYPE_CHECKING:
+
+        def _connections(self) -> Connections: ...
+
+        def _connections_for_write(self) -> Connections: ...
+
+    def _maintain(self, fn: Any) -> Any:
+        """Run `fn(db)` on the write connection, once everything queued is committed."""
+        conns = self._connections_for_write()
+        if conns.in_transaction():
+            with conns.read_connection() as db:
+                return fn(db)
+        with conns.write_connection() as db:
+            return fn(db)
+
+    def move(self, source: str, dest: str) -> int:
+        """Deprecated name of `rename`.
+
+        zarr's `ZipStore.move` moves the whole store instead, hence the new name.
+        """
+        warnings.warn(
+            "SQLiteStore.move(source, dest) is renamed SQLiteStore.rename(source, dest)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.rename(source, dest)
+
+    def rename(self, source: str, dest: str) -> int:
+        """Rename a group or array, every key below it, in one transaction.
+
+        Readers (in any process) see the hierarchy before or after, never between.
+
+        Parameters
+        ----------
+        source
+            The path of the group or array inside the hierarchy (slashes around it are
+            optional).
+        dest
+            Its new path; nothing may be stored there yet.
+
+        Returns
+        -------
+        int
+            The number of keys moved.
+
+        Raises
+        ------
+        FileNotFoundError
+            If nothing is stored at `source`.
+        FileExistsError
+            If something is stored at `dest` already.
+        zarrdb.errors.InvalidKeyError
+            If either is the root, one lies inside the other, or `dest` is not a valid key.
+        """
+        src = _format.dir_prefix(source)
+        dst = _format.dir_prefix(dest)
+        if not src or not dst:
+            raise errors.InvalidKeyError("cannot move the root of the hierarchy, or onto it")
+        if dst.startswith(src) or src.startswith(dst):
+            raise errors.InvalidKeyError(f"cannot move {source!r} into itself or its parent {dest!r}")
+        _format.check_key(dst[:-1])
+
+        def run(db: Database) -> int:
+            with db.transaction():
+                if not db.has_prefix(src):
+                    raise FileNotFoundError(f"nothing stored at {source!r} in {self.path!r}")
+                if db.has_prefix(dst):
+                    raise FileExistsError(f"{dest!r} exists already in {self.path!r}")
+                moved = db.rename_prefix(src, dst)
+                db.execute(_format.TOUCH_MODIFIED_AT)
+            return moved
+
+        return self._maintain(run)
+
+    def backup(self, dest: str | os.PathLike[str]) -> None:
+        """Copy the file as of one moment to `dest`, while others may keep writing.
+
+        SQLite's online backup, page by page; the copy is one file in DELETE journal mode.
+        Use this (or `zarrdb snapshot`), never a file copy, for a file that is open.
+
+        Raises
+        ------
+        FileExistsError
+            If `dest` exists.
+        """
+        target = os.fspath(dest)
+        if os.path.exists(target):
+            raise FileExistsError(f"{target!r} exists already")
+        with self._connections().read_connection() as db:
+            db.backup_to(target)
+
+    def vacuum(self) -> None:
+        """Rebuild the file without free pages.
+
+        Needs free disk space of about the file's size. Files made by zarrdb give the space of
+        deleted values back by themselves; this is for other files, or to compact one.
+        """
+        self._maintain(lambda db: db.vacuum())
+
+    def check(self) -> list[str]:
+        """Run SQLite's integrity check on the file.
+
+        Returns
+        -------
+        list of str
+            The problems found, one per item; empty when the file is sound.
+        """
+        with self._connections().read_connection() as db:
+            return db.integrity_check()
+
+    def key_sizes(self, prefix: str = "") -> list[tuple[str, int]]:
+        """The stored size of every value whose key starts with `prefix`, without reading it.
+
+        Returns
+        -------
+        list of (str, int)
+            `(key, length in bytes)` pairs, in key order.
+        """
+        with self._connections().read_connection() as db:
+            return db.list_prefix_sizes(prefix)
+
+    def remote_stats(self) -> dict[str, int] | None:
+        """The counters of a remote file's block cache.
+
+        Returns
+        -------
+        dict or None
+            Requests, bytes fetched, block hits and misses, waits for another thread's
+            request, failures, evictions and `cached_bytes`; None for a local file.
+        """
+        remote = self._connections().remote
+        return None if remote is None else remote.stats()
+
+    def file_info(self) -> dict[str, Any]:
+        """Facts about the file, as `zarrdb info` shows them.
+
+        Returns
+        -------
+        dict
+            `path`, `file_size`, the format metadata (`format_version`, `created_by`,
+            `modified_at`, `compatible_flags`, `incompatible_flags`, `application_id`), SQLite's
+            settings (`sqlite_version`, `page_size`, `page_count`, `freelist_count`,
+            `free_bytes`, `auto_vacuum`, `journal_mode`), `keys` and `stored_bytes`.
+        """
+        import zarrdb
+
+        conns = self._connections()
+        with conns.read_connection() as db:
+            facts = _format.read_facts(db)
+            page_size = db.pragma("page_size")
+            freelist = db.pragma("freelist_count")
+            info: dict[str, Any] = {
+                "path": self.path,
+                "file_size": conns.remote.size if conns.remote else os.path.getsize(self.path),
+                "format_version": facts.metadata.get("sqlitestore_version"),
+                "created_by": facts.metadata.get("created_by"),
+                "modified_at": facts.metadata.get("modified_at"),
+                "compatible_flags": facts.metadata.get("compatible_flags"),
+                "incompatible_flags": facts.metadata.get("incompatible_flags"),
+                "application_id": facts.application_id,
+                "sqlite_version": zarrdb.sqlite_version,
+                "page_size": page_size,
+                "page_count": db.pragma("page_count"),
+                "freelist_count": freelist,
+                "free_bytes": page_size * freelist,
+                "auto_vacuum": ("none", "full", "incremental")[db.pragma("auto_vacuum")],
+                "journal_mode": db.journal_mode(),
+                "keys": db.count_prefix(""),
+                "stored_bytes": db.size_prefix(""),
+            }
+        return info
