@@ -6,7 +6,7 @@ alike; the table shows medians and each store's speed relative to LocalStore, an
 table each of the project's targets against the reference it names.
 
 Without options a quick default runs (about a minute on two cores); `--full` is the complete
-benchmark the README quotes. Every argument is checked before anything runs.
+benchmark the documentation quotes. Every argument is checked before anything runs.
 
 The harness (`harness`, `workloads`, `report`) is shared with `benchmarks/test_store.py`.
 """
