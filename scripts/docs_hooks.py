@@ -18,8 +18,9 @@ from collections.abc import Iterator
 
 REFERENCE_PAGE = "reference/cli.md"
 NARRATIVE_PAGE = "cli.md"
-# Usage lines are wrapped at this width, whatever the terminal of the build.
-USAGE_WIDTH = 88
+# Usage lines are wrapped at this width, whatever the terminal of the build: what a code block
+# of the site's text column shows without scrolling.
+USAGE_WIDTH = 72
 
 _ESCAPE = re.compile(r"([\\`*_\[\]{}|#])")
 
