@@ -8,6 +8,7 @@ from its file-operations mixin, and the README's links into the site. `mkdocs bu
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import re
 from pathlib import Path
@@ -97,9 +98,10 @@ def test_help_text_shows_as_written(hooks):
 
 
 def _listed(page: str, option: str) -> list[str]:
-    """The names an option of the page's `::: zarrdb.SQLiteStore` block lists."""
-    block = re.search(rf"^      {option}:\n((?:        - \w+\n)+)", page, re.MULTILINE)
-    return re.findall(r"- (\w+)", block[1])
+    """The names an option of the page's `:::` blocks lists."""
+    blocks = re.findall(rf"^      {option}:\n((?:        - \w+\n)+)", page, re.MULTILINE)
+    assert blocks, option
+    return re.findall(r"- (\w+)", "".join(blocks))
 
 
 def _public_methods(cls: type) -> list[str]:
@@ -142,3 +144,28 @@ def test_readme_links_to_pages_of_the_site():
         generated = page == "reference/cli"  # written by scripts/docs_hooks.py at each build
         assert generated or any(c.is_file() for c in candidates), page
     assert f"<{site}>" in readme
+
+
+@pytest.mark.parametrize(
+    ("module", "page"),
+    [
+        ("zarrdb.errors", "errors.md"),
+        ("zarrdb.remote", "remote.md"),
+        ("zarrdb.conformance", "conformance.md"),
+    ],
+)
+def test_the_api_reference_shows_everything_a_module_exports(module, page):
+    """Each module's page names its members (to order them), so a name added to `__all__`
+    must be added there too."""
+    exported = importlib.import_module(module).__all__
+    listed = _listed((DOCS / "reference" / page).read_text(), "members")
+    assert sorted(listed) == sorted(exported)
+    assert len(listed) == len(set(listed))
+
+
+def test_the_package_page_shows_every_name_the_package_exports():
+    import zarrdb
+
+    page = (DOCS / "reference" / "zarrdb.md").read_text()
+    documented = set(_listed(page, "members")) | set(re.findall(r"^\| `(\w+)` \|", page, re.M))
+    assert set(zarrdb.__all__) <= documented
