@@ -664,15 +664,8 @@ class SQLiteStore(FileOperations, Store):
     def set_sync(self, key: str, value: Buffer) -> None:
         """Store `value` at `key` without an event loop; returns once it is committed.
 
-        The synchronous form of `set`, for zarr's codec threads. Inside a transaction it
-        returns at once and the transaction commits it.
-
-        Raises
-        ------
-        zarrdb.errors.ReadOnlyError
-            If the store is read-only.
-        zarrdb.errors.InvalidKeyError
-            If `key` breaks the format's key rules.
+        The synchronous form of `set`, for zarr's codec threads; it raises what `set` raises.
+        Inside a transaction it returns at once and the transaction commits it.
         """
         self._check_writable()
         op = self._set_op(key, value)
