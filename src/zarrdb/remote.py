@@ -337,6 +337,7 @@ class RemoteObject:
                 filename=self.url,
             )
         _check_header(bytes(memoryview(head)[:100]), self.url)
+        self.head = head  # the first bytes of the file, as the opening request returned them
         self.file = RemoteFile(
             self.url,
             self.size,
@@ -518,6 +519,10 @@ def download(
     written = 0
     try:
         with open(target, "xb") as out:
+            # The opening request read the start of the file already: it is not fetched again.
+            head = memoryview(remote.head)[: remote.size]
+            out.write(head)
+            written = len(head)
             while written < remote.size:
                 length = min(chunk_size, remote.size - written)
                 data = remote._fetch(written, length)

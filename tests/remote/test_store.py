@@ -397,6 +397,8 @@ def test_copies_to_a_local_file(published, hierarchy_file, tmp_path):
     )
     assert copied == len(data)
     assert (tmp_path / "copy.zarrdb").read_bytes() == data
+    # every byte fetched once: the opening request's bytes are not asked for again
+    assert published.traffic.bytes_sent() == len(data), published.traffic.reads()
     with pytest.raises(FileExistsError):
         remote.download(
             published.url, tmp_path / "copy.zarrdb", storage_options=published.storage_options
@@ -414,14 +416,18 @@ def test_copies_to_a_local_file(published, hierarchy_file, tmp_path):
 def test_a_failed_download_leaves_nothing(s3, http, hierarchy_file, tmp_path):
     data, _ = hierarchy_file
     target = publish("http", s3, http, data)
-    http.fail_from_offset = 200 * KIB  # the opening request and the first chunk pass
+    http.fail_from_offset = 400 * KIB  # the opening request and the next chunk pass
     dest = tmp_path / "partial.zarrdb"
     with pytest.raises(errors.RemoteReadError, match="500"):
         remote.download(
             target.url, dest, storage_options=target.storage_options, chunk_size=200 * KIB
         )
     assert not dest.exists()
-    assert [r.status for r in http.traffic.reads()] == [206, 206, 500]
+    assert [(r.range, r.status) for r in http.traffic.reads()] == [
+        ("bytes=0-204799", 206),
+        ("bytes=204800-409599", 206),
+        ("bytes=409600-614399", 500),
+    ]
 
 
 # --- options ----------------------------------------------------------------------------------
