@@ -1,6 +1,6 @@
 # Thin wrappers over scripts/dev.sh; PYTHON=... picks the interpreter, ARGS=... is passed on
 # (e.g. `make demo ARGS=--full` runs the complete benchmark).
-.PHONY: demo test bench clean
+.PHONY: demo test bench docs docs-bench clean
 
 demo:
 	scripts/dev.sh demo $(ARGS)
@@ -11,5 +11,13 @@ test:
 bench:
 	scripts/dev.sh bench $(ARGS)
 
+# the documentation site, into site/ (mkdocs build --strict)
+docs:
+	scripts/dev.sh docs $(ARGS)
+
+# the benchmark page's figures (docs/benchmarks/): `zarrdb bench --full` on this machine
+docs-bench:
+	scripts/dev.sh docs-bench $(ARGS)
+
 clean:
-	rm -rf build dist wheelhouse src/zarrdb/_core.c src/zarrdb/*.so src/*.egg-info
+	rm -rf build dist wheelhouse site src/zarrdb/_core.c src/zarrdb/*.so src/*.egg-info

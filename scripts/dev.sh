@@ -5,6 +5,11 @@
 #                                  (the quick default, with a plot; `--full` runs everything)
 #   scripts/dev.sh test [ARGS]     the test suite (pytest ARGS)
 #   scripts/dev.sh bench [ARGS]    the pytest-benchmark suites in benchmarks/
+#   scripts/dev.sh docs [ARGS]     the documentation site: `mkdocs build --strict` into site/
+#                                  (`docs serve` serves it with live reload instead)
+#   scripts/dev.sh docs-bench [ARGS]
+#                                  the benchmark page's figures: `zarrdb bench ARGS` (default
+#                                  `--full`) writing docs/benchmarks/results.{md,json} and bench.png
 #   scripts/dev.sh shell           a shell with the environment activated
 #   scripts/dev.sh plan CMD        what CMD would use (environment, build, extras), doing nothing
 #
@@ -65,6 +70,8 @@ extras_of() {
         demo) echo bench,plot ;;
         test) echo test,dask,plot ;;
         bench) echo test,bench ;;
+        docs) echo docs ;;
+        docs-bench) echo bench,plot ;;
         shell) echo test,bench,plot ;;
         *) return 1 ;;
     esac
@@ -74,7 +81,7 @@ cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
     plan)
-        wanted=$(extras_of "${1:-}") || { echo "usage: scripts/dev.sh plan demo|test|bench|shell" >&2; exit 2; }
+        wanted=$(extras_of "${1:-}") || { echo "usage: scripts/dev.sh plan demo|test|bench|docs|docs-bench|shell" >&2; exit 2; }
         echo "environment $VENV"
         echo "build $VENV/zarrdb-build.stamp"
         echo "extras $wanted"
@@ -97,13 +104,36 @@ case "$cmd" in
         extras "$(extras_of bench)"
         exec "$VENV/bin/python" -m pytest benchmarks --benchmark-enable "$@"
         ;;
+    docs)
+        # The command-line reference is generated from zarrdb's parser, so zarrdb is built first.
+        build
+        extras "$(extras_of docs)"
+        # (Material's notice about its end of life and its successor, printed at every build)
+        export NO_MKDOCS_2_WARNING=1
+        if [ "${1:-}" = serve ]; then
+            shift
+            exec "$VENV/bin/python" -m mkdocs serve "$@"
+        fi
+        exec "$VENV/bin/python" -m mkdocs build --strict "$@"
+        ;;
+    docs-bench)
+        # Run on an idle machine: the page shows these figures as they are. Without ARGS the
+        # complete benchmark (about 15 minutes on two cores); `make docs` then rebuilds the site.
+        build
+        extras "$(extras_of docs-bench)"
+        [ $# -gt 0 ] || set -- --full
+        exec "$VENV/bin/python" -m zarrdb bench "$@" \
+            --markdown docs/benchmarks/results.md \
+            --json docs/benchmarks/results.json \
+            --plot docs/benchmarks/bench.png
+        ;;
     shell)
         build
         extras "$(extras_of shell)"
         exec bash --rcfile <(echo "source '$VENV/bin/activate'")
         ;;
     *)
-        echo "usage: scripts/dev.sh demo|test|bench|shell [ARGS], or plan CMD" >&2
+        echo "usage: scripts/dev.sh demo|test|bench|docs|docs-bench|shell [ARGS], or plan CMD" >&2
         exit 2
         ;;
 esac

@@ -28,7 +28,10 @@ def plan(command):
 
 
 def test_demo_and_tests_share_one_environment_and_one_build():
-    plans = {command: plan(command) for command in ("demo", "test", "bench", "shell")}
+    plans = {
+        command: plan(command)
+        for command in ("demo", "test", "bench", "docs", "docs-bench", "shell")
+    }
     version = "%d.%d" % sys.version_info[:2]
     for command, p in plans.items():
         assert p["environment"] == f".venv/py{version}", command
@@ -39,4 +42,5 @@ def test_demo_and_tests_share_one_environment_and_one_build():
         assert set(p["extras"].split(",")) <= set(extras), command
     # The demo draws its chart: it installs what --plot needs.
     assert "plot" in plans["demo"]["extras"].split(",")
+    assert "plot" in plans["docs-bench"]["extras"].split(",")
     assert any(req.startswith("matplotlib") for req in extras["plot"])

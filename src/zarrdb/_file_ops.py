@@ -37,7 +37,10 @@ class FileOperations:
             return fn(db)
 
     def move(self, source: str, dest: str) -> int:
-        """Deprecated name of `rename` (zarr's `ZipStore.move` moves the whole store instead)."""
+        """Deprecated name of `rename`.
+
+        zarr's `ZipStore.move` moves the whole store instead, hence the new name.
+        """
         warnings.warn(
             "SQLiteStore.move(source, dest) is renamed SQLiteStore.rename(source, dest)",
             DeprecationWarning,
@@ -46,10 +49,32 @@ class FileOperations:
         return self.rename(source, dest)
 
     def rename(self, source: str, dest: str) -> int:
-        """Rename the group or array at `source` to `dest` (paths inside the hierarchy) in one
-        transaction: readers see the hierarchy before or after, never between. Returns the
-        number of keys moved. FileNotFoundError if `source` holds nothing; FileExistsError if
-        `dest` holds something already."""
+        """Rename a group or array, every key below it, in one transaction.
+
+        Readers (in any process) see the hierarchy before or after, never between.
+
+        Parameters
+        ----------
+        source
+            The path of the group or array inside the hierarchy (slashes around it are
+            optional).
+        dest
+            Its new path; nothing may be stored there yet.
+
+        Returns
+        -------
+        int
+            The number of keys moved.
+
+        Raises
+        ------
+        FileNotFoundError
+            If nothing is stored at `source`.
+        FileExistsError
+            If something is stored at `dest` already.
+        zarrdb.errors.InvalidKeyError
+            If either is the root, one lies inside the other, or `dest` is not a valid key.
+        """
         src = _format.dir_prefix(source)
         dst = _format.dir_prefix(dest)
         if not src or not dst:
@@ -71,8 +96,16 @@ class FileOperations:
         return self._maintain(run)
 
     def backup(self, dest: str | os.PathLike[str]) -> None:
-        """A consistent point-in-time copy of the file at `dest` (SQLite's online backup; other
-        processes may keep writing meanwhile). The copy is one file in DELETE journal mode."""
+        """Copy the file as of one moment to `dest`, while others may keep writing.
+
+        SQLite's online backup, page by page; the copy is one file in DELETE journal mode.
+        Use this (or `zarrdb snapshot`), never a file copy, for a file that is open.
+
+        Raises
+        ------
+        FileExistsError
+            If `dest` exists.
+        """
         target = os.fspath(dest)
         if os.path.exists(target):
             raise FileExistsError(f"{target!r} exists already")
@@ -80,28 +113,58 @@ class FileOperations:
             db.backup_to(target)
 
     def vacuum(self) -> None:
-        """Rebuild the file without free pages (needs about the file's size in free space)."""
+        """Rebuild the file without free pages.
+
+        Needs free disk space of about the file's size. Files made by zarrdb give the space of
+        deleted values back by themselves; this is for other files, or to compact one.
+        """
         self._maintain(lambda db: db.vacuum())
 
     def check(self) -> list[str]:
-        """Problems SQLite's integrity check finds in the file (empty when it is sound)."""
+        """Run SQLite's integrity check on the file.
+
+        Returns
+        -------
+        list of str
+            The problems found, one per item; empty when the file is sound.
+        """
         with self._connections().read_connection() as db:
             return db.integrity_check()
 
     def key_sizes(self, prefix: str = "") -> list[tuple[str, int]]:
-        """(key, stored length) of every key starting with `prefix`, without reading values."""
+        """The stored size of every value whose key starts with `prefix`, without reading it.
+
+        Returns
+        -------
+        list of (str, int)
+            `(key, length in bytes)` pairs, in key order.
+        """
         with self._connections().read_connection() as db:
             return db.list_prefix_sizes(prefix)
 
     def remote_stats(self) -> dict[str, int] | None:
-        """For a remote file: its block cache's counters (requests, bytes fetched, block hits
-        and misses, waits for another thread's request, failures, evictions, cached_bytes);
-        None for a local file."""
+        """The counters of a remote file's block cache.
+
+        Returns
+        -------
+        dict or None
+            Requests, bytes fetched, block hits and misses, waits for another thread's
+            request, failures, evictions and `cached_bytes`; None for a local file.
+        """
         remote = self._connections().remote
         return None if remote is None else remote.stats()
 
     def file_info(self) -> dict[str, Any]:
-        """Facts about the file: format metadata, SQLite settings, key count and stored bytes."""
+        """Facts about the file, as `zarrdb info` shows them.
+
+        Returns
+        -------
+        dict
+            `path`, `file_size`, the format metadata (`format_version`, `created_by`,
+            `modified_at`, `compatible_flags`, `incompatible_flags`, `application_id`), SQLite's
+            settings (`sqlite_version`, `page_size`, `page_count`, `freelist_count`,
+            `free_bytes`, `auto_vacuum`, `journal_mode`), `keys` and `stored_bytes`.
+        """
         import zarrdb
 
         conns = self._connections()

@@ -75,10 +75,32 @@ def key_problem(key: str) -> str | None:
 def check_file(path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> Report:
     """Check the SQLite database at `path` against the SQLiteStore 1.0 rules.
 
-    Raises CantOpenError if it cannot be opened, NotADatabaseError if it is not an SQLite
-    database, NotAZarrDBError if it is another application's database, DatabaseLockedError if
-    another process holds a lock longer than `busy_timeout` seconds. A damaged file is not an
-    error: the damage and SQLite's integrity findings are in the report."""
+    Reads the file with Python's own `sqlite3`, read-only. A damaged file is not an error: the
+    damage and SQLite's integrity findings are in the report.
+
+    Parameters
+    ----------
+    path
+        The file.
+    busy_timeout
+        Seconds to wait for another process's lock.
+
+    Returns
+    -------
+    Report
+        Every finding, and whether the file can be used as a SQLiteStore file at all.
+
+    Raises
+    ------
+    zarrdb.errors.CantOpenError
+        If the file cannot be opened.
+    zarrdb.errors.NotADatabaseError
+        If it is not an SQLite database.
+    zarrdb.errors.NotAZarrDBError
+        If it is another application's database.
+    zarrdb.errors.DatabaseLockedError
+        If another process holds a lock longer than `busy_timeout`.
+    """
     path = os.fspath(path)
     uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
     try:

@@ -46,8 +46,19 @@ class ZarrDBError(Exception):
 class SQLiteError(ZarrDBError):
     """The SQLite engine returned an error.
 
-    ``code`` is SQLite's primary result code, ``extended_code`` the extended one,
-    ``sqlite_message`` SQLite's message and ``filename`` the database file, when known.
+    The subclass is chosen by SQLite's primary result code; this class itself stands for
+    SQLITE_ERROR and any code without a class of its own.
+
+    Attributes
+    ----------
+    code : int
+        SQLite's primary result code (`SQLITE_BUSY` is 5, ...).
+    extended_code : int
+        SQLite's extended result code, which says more (`SQLITE_IOERR_FSYNC`, ...).
+    sqlite_message : str
+        SQLite's own message, without zarrdb's context and advice.
+    filename : str or None
+        The database file, when known.
     """
 
     def __init__(
@@ -233,7 +244,27 @@ def sqlite_error(
     filename: str | None = None,
     context: str = "",
 ) -> SQLiteError:
-    """Build the exception for an SQLite result code (not raise it)."""
+    """Build (not raise) the exception for an SQLite result code.
+
+    Parameters
+    ----------
+    code
+        The result code; its low byte, the primary code, chooses the class.
+    extended_code
+        The extended result code.
+    sqlite_message
+        SQLite's message.
+    filename
+        The database file, named in the message.
+    context
+        What was being done, put before the message.
+
+    Returns
+    -------
+    SQLiteError
+        An instance of the class for the code, with advice appended to the message where the
+        user can do something about it.
+    """
     primary = code & 0xFF
     cls = _BY_PRIMARY_CODE.get(primary, SQLiteError)
     where = repr(filename) if filename else ""

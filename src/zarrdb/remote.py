@@ -44,6 +44,7 @@ MIB = 1024 * KIB
 
 # URL schemes read through obstore (its from_url knows each of them).
 SCHEMES = ("s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl", "http", "https")
+"""The URL schemes `SQLiteStore` reads remotely (through obstore's `from_url`)."""
 
 # obstore's HTTP client settings. storage_options may give them beside the store's own settings
 # (as in {"endpoint": ..., "allow_http": True}); they are handed on as client_options.
@@ -71,7 +72,11 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def is_url(path: object) -> bool:
-    """True if `path` is a URL zarrdb reads remotely (s3://, gs://, az://, http(s)://, ...)."""
+    """Whether `path` is a URL that zarrdb reads remotely.
+
+    True for a string whose scheme is one of `SCHEMES` (`s3://`, `gs://`, `az://`,
+    `http(s)://`, ...).
+    """
     if not isinstance(path, str):
         return False
     scheme, sep, _ = path.partition("://")
@@ -79,8 +84,16 @@ def is_url(path: object) -> bool:
 
 
 def parse_options(pairs: Iterable[str]) -> dict[str, Any]:
-    """storage_options from KEY=VALUE strings (as a command line takes them): true/false become
-    booleans, everything else stays text (obstore parses numbers and durations itself)."""
+    """`storage_options` from `KEY=VALUE` strings, as the command line takes them.
+
+    `true` and `false` become booleans; everything else stays text (obstore parses numbers
+    and durations itself).
+
+    Raises
+    ------
+    ValueError
+        For a string that is not `KEY=VALUE`.
+    """
     options: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -106,13 +119,29 @@ def _obstore():
 
 @dataclasses.dataclass(frozen=True)
 class BlockCache:
-    """How a remote file is cached and read; pass a dict of these to SQLiteStore(block_cache=).
+    """How a remote file is cached and read.
 
-    size: bytes of blocks kept in memory, shared by every thread of the store (least recently
-    used dropped first). block_size: the unit of caching and the smallest request. readahead:
-    the longest request a sequential read grows to (each request right after the previous one
-    doubles). first_read: bytes read by the opening request, which holds SQLite's header, the
-    schema and the roots of the tables in a file written by zarrdb.
+    Pass one, or a dict of its fields, as `SQLiteStore(url, block_cache=...)`. Every field is
+    a positive number of bytes.
+
+    Attributes
+    ----------
+    size : int
+        Bytes of blocks kept in memory, shared by every thread of the store (least recently
+        used dropped first). Default 64 MiB; at least one block.
+    block_size : int
+        The unit of caching and the smallest request. Default 1 MiB.
+    readahead : int
+        The longest request a sequential read grows to (each request right after the
+        previous one is twice as long). Default 16 MiB.
+    first_read : int
+        Bytes read by the opening request, which holds SQLite's header, the schema and the
+        roots of the tables in a file written by zarrdb. Default 1 MiB.
+
+    Raises
+    ------
+    ValueError
+        For a field that is not a positive whole number, or a `size` below `block_size`.
     """
 
     size: int = 64 * MIB
@@ -135,6 +164,8 @@ class BlockCache:
 
     @classmethod
     def from_options(cls, value: BlockCache | Mapping[str, int] | None) -> BlockCache:
+        """A `BlockCache` from what `SQLiteStore(block_cache=...)` takes: one, a dict of its
+        fields, or None for the defaults. ValueError for an unknown field."""
         if value is None:
             return cls()
         if isinstance(value, BlockCache):
@@ -404,8 +435,12 @@ def open_shared(
 
 
 def release_caches() -> None:
-    """Forget the remote files kept for reuse; their block caches are freed once no open store
-    uses them."""
+    """Forget the remote files this process keeps for reuse.
+
+    A process keeps the last four remote files it opened, so that a store opened again on the
+    same version (a dask task unpickling its store) starts with a warm cache. Their block
+    caches are freed once no open store uses them.
+    """
     with _shared_lock:
         _shared.clear()
 
@@ -444,10 +479,36 @@ def download(
     storage_options: Mapping[str, Any] | None = None,
     chunk_size: int = 16 * MIB,
 ) -> int:
-    """Copy the remote .zarrdb at `url` byte for byte to the local file `dest` (which must not
-    exist), in requests of `chunk_size` bytes against the version first seen; returns the bytes
-    written. The header is checked first, so a file still in WAL mode is refused. A failure
-    leaves no `dest` behind."""
+    """Copy a remote `.zarrdb` file byte for byte to a local file.
+
+    The requests all ask for the version seen first. The header is checked first, so a file
+    still in WAL mode is refused. A failure leaves no `dest` behind.
+
+    Parameters
+    ----------
+    url
+        The file's URL (`s3://`, `gs://`, `az://`, `http(s)://`).
+    dest
+        The local file to write; it must not exist.
+    storage_options
+        obstore's settings, as for `SQLiteStore`.
+    chunk_size
+        Bytes per request (default 16 MiB).
+
+    Returns
+    -------
+    int
+        The bytes written.
+
+    Raises
+    ------
+    FileExistsError
+        If `dest` exists.
+    zarrdb.errors.UnclosedFileError
+        If the remote file is still in WAL mode.
+    zarrdb.errors.RemoteReadError
+        If a request fails (`RemoteFileChangedError` if the file is replaced meanwhile).
+    """
     target = os.fspath(dest)
     if os.path.exists(target):
         raise FileExistsError(f"{target!r} exists already")

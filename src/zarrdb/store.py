@@ -149,41 +149,68 @@ class _TransactionContext:
 class SQLiteStore(FileOperations, Store):
     """A zarr v3 store that keeps a whole hierarchy in one SQLite file (SQLiteStore 1.0).
 
+    Pass it wherever zarr takes a store. The file is opened at the first use (or by
+    `ensure_open`), created if missing when the store is writable; `close` leaves one
+    self-contained file, and so does garbage collection or the end of the program. A store
+    pickles as its path and options and reopens by itself in another process.
+
     Parameters
     ----------
     path
-        The `.zarrdb` file. Opening for writing creates it when missing.
+        The `.zarrdb` file. A URL (`s3://`, `gs://`, `az://`, `http://`, `https://`) reads a
+        file from object storage or a web server, read-only (needs `zarrdb[remote]`).
     read_only
-        Open with SQLite's read-only mode: nothing is created or modified.
+        Open with SQLite's read-only mode: nothing is created or modified, and a missing file
+        raises `FileNotFoundError`.
     durability
-        "full": every commit is fsync'ed (survives power loss); "normal" (default): survives a
-        crash of the process, a power loss may drop the last commits; "off": no fsync at all,
-        for bulk loads that can be redone.
+        `"full"`: every commit is synced, and the folder once a rollback journal is deleted
+        (SQLite's `synchronous=EXTRA`; survives a power loss or an OS crash); `"normal"`
+        (default): survives a crash of the process, a power loss may drop the last commits
+        made in WAL mode, never corrupts the file; `"off"`: no sync at all, for bulk loads
+        that can be redone (a power loss is likely to corrupt the file).
     page_size
-        Page size in bytes for a new file (512 to 65536, a power of two; default 65536).
+        Page size in bytes of a new file: a power of two from 512 to 65536 (default 65536).
+        An existing file keeps its own.
     busy_timeout
-        Seconds to wait for another process's lock before raising DatabaseLockedError.
+        Seconds to wait for another process's lock before raising
+        [`DatabaseLockedError`][zarrdb.errors.DatabaseLockedError].
     immutable
         The file is on read-only media or a share and cannot change while open: read it
-        without any locking (implies read_only).
+        without any locking. Implies `read_only`.
     cache_size
-        Page cache per connection, in KiB (default 16384).
+        SQLite's page cache per connection, in KiB (default 16384).
     mmap_size
-        Bytes of the file to memory-map for reads (default 256 MiB; 0 disables).
-    storage_options
-        For a URL (s3://, gs://, az://, http(s)://; read_only=True): obstore's settings for
-        `obstore.store.from_url` (endpoint, region, credentials, allow_http, retry_config, ...).
-    block_cache
-        For a URL: the block cache, a `zarrdb.remote.BlockCache` or a dict of its fields
-        (size, block_size, readahead, first_read).
+        Bytes of the file each read connection maps into memory (default 256 MiB; 0 turns
+        memory mapping off).
     journal
-        Journal mode while open for writing. "auto" (default): a rollback journal, in which
-        pages appended to the file are written once (bulk loads of large chunks and large
+        Journal mode while open for writing. `"auto"` (default): a rollback journal, in which
+        pages appended to the file are written once (bulk loads of large chunks, large
         transactions), switching to WAL once commits turn out small and frequent (a rollback
-        journal syncs twice per commit). "wal": WAL throughout (readers never wait for the
-        writer; every page is written twice, log then file). "delete": a rollback journal
+        journal syncs twice per commit). `"wal"`: WAL throughout (readers never wait for the
+        writer; every page is written twice, log then file). `"delete"`: a rollback journal
         throughout (readers wait while a commit is written). The closed file is in DELETE
         mode in every case.
+    storage_options
+        For a URL only: obstore's settings for `obstore.store.from_url` (`endpoint`,
+        `region`, credentials, `allow_http`, `retry_config`, ...).
+    block_cache
+        For a URL only: the block cache, a [`BlockCache`][zarrdb.remote.BlockCache] or a dict
+        of its fields (`size`, `block_size`, `readahead`, `first_read`).
+
+    Raises
+    ------
+    ValueError
+        For an unknown `durability` or `journal`, for a URL without `read_only=True`, and for
+        `storage_options` or `block_cache` with a local path.
+
+    Examples
+    --------
+    ```python
+    with SQLiteStore("data.zarrdb") as store:
+        root = zarr.open_group(store, mode="w")
+        t = root.create_array("t", shape=(100, 100), chunks=(10, 10), dtype="f4")
+        t[:] = 1.0
+    ```
     """
 
     supports_writes: bool = True
@@ -252,6 +279,11 @@ class SQLiteStore(FileOperations, Store):
 
     @classmethod
     async def open(cls, *args: Any, **kwargs: Any) -> Self:
+        """Make a store and open its file now (zarr's `Store.open`).
+
+        Takes the arguments of `SQLiteStore`. A missing, foreign, damaged or locked file
+        raises here rather than at the first use.
+        """
         store = cls(*args, **kwargs)
         await store._open()
         return store
@@ -265,8 +297,25 @@ class SQLiteStore(FileOperations, Store):
         block_cache: _remote.BlockCache | Mapping[str, int] | None = None,
         cache_size: int | None = None,
     ) -> SQLiteStore:
-        """A read-only store on the .zarrdb file at `path` in an obstore store (S3Store,
-        GCSStore, AzureStore, HTTPStore, ...); it pickles with the store's configuration."""
+        """A read-only store on a `.zarrdb` file in an obstore store.
+
+        Parameters
+        ----------
+        store
+            An obstore store (`S3Store`, `GCSStore`, `AzureStore`, `HTTPStore`, ...),
+            configured with its bucket, credentials and client options.
+        path
+            The path of the file inside `store`.
+        block_cache
+            The block cache, as for `SQLiteStore`.
+        cache_size
+            SQLite's page cache per connection, in KiB.
+
+        Returns
+        -------
+        SQLiteStore
+            A read-only store; it pickles with the obstore store's configuration.
+        """
         location = _remote.RemoteLocation(store=store, path=path)
         return cls(location, read_only=True, block_cache=block_cache, cache_size=cache_size)
 
@@ -306,19 +355,36 @@ class SQLiteStore(FileOperations, Store):
         self._connections()
 
     def ensure_open(self) -> None:
-        """Open the file now (created if missing and writable) instead of at the first use, so
-        that a missing, foreign, damaged or locked file raises here. Idempotent."""
+        """Open the file now instead of at the first use.
+
+        A writable store creates a missing file. A missing, foreign, damaged or locked file
+        raises here. Calling it again does nothing.
+
+        Raises
+        ------
+        FileNotFoundError
+            If the store is read-only and the file does not exist.
+        zarrdb.errors.ZarrDBError
+            If the file is not a SQLiteStore file this zarrdb can use, is damaged, or stays
+            locked longer than `busy_timeout`.
+        """
         self._connections()
 
     @property
     def options(self) -> dict[str, Any]:
-        """The options the store was opened with (a copy): durability, page_size,
-        busy_timeout, immutable, cache_size, mmap_size, journal."""
+        """The options the store was made with, as a new dict.
+
+        Keys: `durability`, `page_size`, `busy_timeout`, `immutable`, `cache_size`,
+        `mmap_size`, `journal` (with the defaults filled in).
+        """
         return dict(self._options)
 
     def close(self) -> None:
-        """Commit what is queued, close every connection, and leave one file (DELETE mode).
-        The store reopens by itself when used again."""
+        """Commit what is queued, close every connection, and leave one file.
+
+        The file is put back in DELETE journal mode, so no `-wal`, `-shm` or `-journal` file
+        remains beside it. The store reopens by itself when it is used again.
+        """
         closer, self._closer = self._closer, None
         self._conns = None
         if closer is not None:
@@ -329,6 +395,7 @@ class SQLiteStore(FileOperations, Store):
         return self
 
     def with_read_only(self, read_only: bool = False) -> SQLiteStore:
+        """A new store on the same file with the same options, read-only or not."""
         opts = dict(self._options)
         if self._remote is not None:
             return type(self)(
@@ -380,8 +447,19 @@ class SQLiteStore(FileOperations, Store):
         self._expect_etag = remote["etag"]
 
     def transaction(self) -> _TransactionContext:
-        """Every write to this store inside the block is one atomic commit (rolled back if the
-        block raises). Nested blocks join the outer one. Reads inside see the block's writes."""
+        """A block whose writes to this store are one atomic commit.
+
+        Use it as `with store.transaction():` or `async with store.transaction():`. Every
+        write inside, from any thread working for the block (zarr's event loop and codec
+        threads included), joins one SQLite transaction, rolled back if the block raises.
+        Nested blocks join the outer one; reads inside see the block's own writes. Writes
+        inside do not wait to be written; one that fails ends the block with its error.
+
+        Returns
+        -------
+        context manager
+            Entering it gives the store.
+        """
         return _TransactionContext(self)
 
     # --- reads -------------------------------------------------------------------------------
@@ -393,7 +471,25 @@ class SQLiteStore(FileOperations, Store):
         prototype: BufferPrototype | None = None,
         byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
-        """Synchronous `get`, for zarr's codec worker threads."""
+        """The value of `key`, or a byte range of it, without an event loop.
+
+        The synchronous form of `get`, for zarr's codec threads.
+
+        Parameters
+        ----------
+        key
+            The key.
+        prototype
+            The buffer type to return (zarr's default CPU buffer when None).
+        byte_range
+            A zarr `ByteRequest` (`RangeByteRequest`, `OffsetByteRequest`,
+            `SuffixByteRequest`), or None for the whole value.
+
+        Returns
+        -------
+        Buffer or None
+            The bytes, or None if the key is not stored.
+        """
         with self._connections().read_connection() as db:
             data = db.get(key) if byte_range is None else db.get_range(key, *_byte_range(byte_range))
         if data is None:
@@ -406,6 +502,11 @@ class SQLiteStore(FileOperations, Store):
         prototype: BufferPrototype | None = None,
         byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
+        """The value of `key`, or a byte range of it; None if the key is not stored.
+
+        Small values and ranges are read on the event loop's thread, larger ones in a worker
+        thread. See `get_sync` for the parameters.
+        """
         if prototype is None:
             prototype = default_buffer_prototype()
         conns = self._connections()
@@ -448,6 +549,13 @@ class SQLiteStore(FileOperations, Store):
         prototype: BufferPrototype,
         key_ranges: Iterable[tuple[str, ByteRequest | None]],
     ) -> list[Buffer | None]:
+        """Several values or byte ranges in one engine call and one snapshot.
+
+        Returns
+        -------
+        list of Buffer or None
+            In the order asked, None where a key is not stored.
+        """
         requests = [(key, *_byte_range(byte_range)) for key, byte_range in key_ranges]
         if not requests:
             return []
@@ -470,9 +578,22 @@ class SQLiteStore(FileOperations, Store):
         prototype: BufferPrototype,
         **_coalescing: Any,
     ) -> AsyncIterator[Sequence[tuple[int, Buffer | None]]]:
-        """All `byte_ranges` of `key` in one engine call and one snapshot (zarr 3.4's
-        partial-shard reads): reading adjacent ranges separately costs SQLite nothing, so they
-        are not merged (zarr's coalescing options are accepted and have nothing to do)."""
+        """All `byte_ranges` of `key` in one engine call and one snapshot.
+
+        zarr 3.4 reads parts of shards this way. Reading adjacent ranges separately costs
+        SQLite nothing, so they are not merged: zarr's coalescing options are accepted and
+        have nothing to do.
+
+        Yields
+        ------
+        list of (int, Buffer)
+            One batch: each range's index in `byte_ranges` and its bytes.
+
+        Raises
+        ------
+        BaseExceptionGroup
+            Holding `FileNotFoundError` if `key` is not stored.
+        """
         if not byte_ranges:
             return
         values = await self._get_ranges([(key, *_byte_range(r)) for r in byte_ranges])
@@ -486,7 +607,13 @@ class SQLiteStore(FileOperations, Store):
         prototype: BufferPrototype,
         **_coalescing: Any,
     ) -> Sequence[tuple[int, Buffer | None]]:
-        """Synchronous `get_ranges`, for zarr's codec worker threads."""
+        """The synchronous form of `get_ranges`, for zarr's codec threads.
+
+        Returns
+        -------
+        list of (int, Buffer)
+            Each range's index in `byte_ranges` and its bytes.
+        """
         if not byte_ranges:
             return []
         values = self._get_ranges_sync([(key, *_byte_range(r)) for r in byte_ranges])
@@ -501,10 +628,18 @@ class SQLiteStore(FileOperations, Store):
         return [(i, _as_buffer(prototype, v)) for i, v in enumerate(values)]  # type: ignore[arg-type]
 
     async def exists(self, key: str) -> bool:
+        """Whether `key` is stored."""
         with self._connections().read_connection() as db:
             return db.exists(key)
 
     async def getsize(self, key: str) -> int:
+        """The stored size of the value of `key` in bytes, without reading it.
+
+        Raises
+        ------
+        FileNotFoundError
+            If the key is not stored.
+        """
         with self._connections().read_connection() as db:
             size = db.length(key)
         if size is None:
@@ -512,6 +647,7 @@ class SQLiteStore(FileOperations, Store):
         return size
 
     async def getsize_prefix(self, prefix: str) -> int:
+        """The total stored size of the values below `prefix` (a group or array path)."""
         with self._connections().read_connection() as db:
             return db.size_prefix(_format.dir_prefix(prefix))
 
@@ -526,13 +662,17 @@ class SQLiteStore(FileOperations, Store):
         return (kind, key, _value_view(value))
 
     def set_sync(self, key: str, value: Buffer) -> None:
-        """Synchronous `set`, for zarr's codec worker threads."""
+        """Store `value` at `key` without an event loop; returns once it is committed.
+
+        The synchronous form of `set`, for zarr's codec threads; it raises what `set` raises.
+        Inside a transaction it returns at once and the transaction commits it.
+        """
         self._check_writable()
         op = self._set_op(key, value)
         self._connections().writing.write_sync([op])  # type: ignore[union-attr]
 
     def delete_sync(self, key: str) -> None:
-        """Synchronous `delete`, for zarr's codec worker threads."""
+        """Delete `key` (if stored) without an event loop; the synchronous form of `delete`."""
         self._check_writable()
         self._connections().writing.write_sync([("delete", key, None)])  # type: ignore[union-attr]
 
@@ -541,11 +681,26 @@ class SQLiteStore(FileOperations, Store):
         await self._connections().writing.write_async(ops)  # type: ignore[union-attr]
 
     async def set(self, key: str, value: Buffer) -> None:
+        """Store `value` at `key`; returns once it is committed (group commit).
+
+        The writer thread takes the caller's buffer without a copy. Inside a transaction it
+        returns at once and the transaction commits it.
+
+        Raises
+        ------
+        zarrdb.errors.ReadOnlyError
+            If the store is read-only.
+        zarrdb.errors.InvalidKeyError
+            If `key` breaks the format's key rules.
+        zarrdb.errors.ValueTooLargeError
+            If the value is larger than 2,147,483,645 bytes.
+        """
         self._check_writable()
         op = self._set_op(key, value)
         await self._connections().writing.write_async([op])  # type: ignore[union-attr]
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        """Store `value` at `key` only if the key is not stored yet."""
         self._check_writable()
         await self._write([self._set_op(key, value, "set_if_absent")])
 
@@ -556,33 +711,49 @@ class SQLiteStore(FileOperations, Store):
             await self._write(ops)
 
     async def set_many(self, values: Iterable[tuple[str, Buffer]]) -> None:
-        """Store several (key, value) pairs; they are committed together."""
+        """Store several `(key, value)` pairs, committed together.
+
+        Parameters
+        ----------
+        values
+            `(key, Buffer)` pairs.
+        """
         await self._set_many(values)
 
     async def delete(self, key: str) -> None:
+        """Delete `key`; deleting a key that is not stored is not an error."""
         await self._write([("delete", key, None)])
 
     async def delete_dir(self, prefix: str) -> None:
+        """Delete every key below `prefix` (a group or array path), in one commit."""
         await self._write([("delete_prefix", _format.dir_prefix(prefix), None)])
 
     async def clear(self) -> None:
+        """Delete every key of the store, in one commit."""
         await self.delete_dir("")
 
     # --- listings ------------------------------------------------------------------------------
 
     async def list(self) -> AsyncIterator[str]:
+        """Every key of the store, in key order."""
         with self._connections().read_connection() as db:
             keys = db.list_keys()
         for key in keys:
             yield key
 
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        """Every key that starts with `prefix`, in key order (an index range scan)."""
         with self._connections().read_connection() as db:
             keys = db.list_prefix(prefix)
         for key in keys:
             yield key
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        """The names of the keys and sub-trees directly below `prefix`.
+
+        Each child's sub-tree is skipped with one index seek, so listing a group costs in
+        proportion to its children, not to the keys below it.
+        """
         with self._connections().read_connection() as db:
             children = db.list_dir(_format.dir_prefix(prefix))
         seen: set[str] = set()
@@ -593,5 +764,6 @@ class SQLiteStore(FileOperations, Store):
                 yield name
 
     async def is_empty(self, prefix: str) -> bool:
+        """Whether nothing is stored below `prefix`."""
         with self._connections().read_connection() as db:
             return not db.has_prefix(_format.dir_prefix(prefix))

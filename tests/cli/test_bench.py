@@ -143,7 +143,7 @@ def test_demo_run_shows_progress_tables_and_chart(tmp_path):
 
 def test_default_is_quick_and_full_is_one_flag_away():
     """The default run is the quick one (small data sets, listings of a few thousand keys, one
-    repetition); --full is the complete benchmark of the README."""
+    repetition); --full is the complete benchmark of the documentation."""
     parser = bench_parser()
     quick = bench.config_from_args(parser.parse_args([]))
     full = bench.config_from_args(parser.parse_args(["--full"]))

@@ -16,7 +16,8 @@ from .builders import make_store_file
 
 
 def _pragma(path, name):
-    # Only after the store is closed: see "two SQLite libraries in one process" in the README.
+    # Only after the store is closed: see "Python's `sqlite3` and zarrdb in one process" in
+    # docs/guide/interop.md.
     with closing(sqlite3.connect(path)) as con:
         return con.execute(f"PRAGMA {name}").fetchone()[0]
 

@@ -2,7 +2,7 @@
 
 The `get`/`set` helpers bypass the store: they read and write the file with Python's standard
 `sqlite3` module. Two SQLite libraries in one process do not share their file locks, so the
-helpers close the store first (it reopens by itself on its next use): the pattern the README
+helpers close the store first (it reopens by itself on its next use): the pattern docs/guide/interop.md
 documents for using the standard `sqlite3` module on a file zarrdb also has open.
 """
 

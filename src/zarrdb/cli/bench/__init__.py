@@ -6,7 +6,7 @@ alike; the table shows medians and each store's speed relative to LocalStore, an
 table each of the project's targets against the reference it names.
 
 Without options a quick default runs (about a minute on two cores); `--full` is the complete
-benchmark the README quotes. Every argument is checked before anything runs.
+benchmark the documentation quotes. Every argument is checked before anything runs.
 
 The harness (`harness`, `workloads`, `report`) is shared with `benchmarks/test_store.py`.
 """
@@ -117,8 +117,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="write every sample and the environment here",
     )
     parser.add_argument(
-        "--markdown", type=new_file(), metavar="FILE", help="write the tables as Markdown here"
-    )
+        "--markdown", type=new_file(), metavar="FILE",
+        help="write the tables as Markdown here, after a line on the versions, the machine "
+        "and the run, and one on the data sets (the documentation's benchmark page includes "
+        "such a file)",
+    )  # fmt: skip
     parser.add_argument(
         "--plot", type=new_file(".png", ".svg", ".pdf"), metavar="FILE.png",
         help="draw the ratios and the targets (PNG, SVG or PDF; needs matplotlib: "
@@ -240,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(report.to_json(ctx, conditions), indent=1))
         print(f"samples and environment written to {args.json}")
     if args.markdown:
-        Path(args.markdown).write_text(report.markdown_tables(ctx))
+        Path(args.markdown).write_text(report.markdown_report(ctx, conditions, args.full))
         print(f"Markdown tables written to {args.markdown}")
     if args.plot:
         report.plot(ctx, Path(args.plot))

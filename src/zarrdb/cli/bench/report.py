@@ -188,6 +188,33 @@ def markdown_tables(ctx: Context) -> str:
     return "\n".join(lines)
 
 
+def markdown_report(
+    ctx: Context, conditions: dict[str, Any] | None = None, full: bool = False
+) -> str:
+    """What `--markdown` writes: where and how the run measured (versions, machine, length,
+    the load of other processes), what the data sets are, then the tables."""
+    env = environment()
+    conditions = conditions or {}
+    cfg = ctx.config
+    run = f"{'full' if full else 'quick'} run, {cfg.repeat} repetition(s)"
+    if conditions.get("seconds") is not None:
+        run += f", {conditions['seconds']:.0f} s"
+    share = conditions.get("others_cpu_share")
+    if share is not None:
+        run += f"; other processes used {share:.0%} of the machine's CPU meanwhile"
+    python = env["python"].split()[0]
+    lines = [
+        f"zarrdb {env['zarrdb']} (SQLite {env['sqlite_version']}), zarr {env['zarr']}, "
+        f"numpy {env['numpy']}, numcodecs {env['numcodecs']}, Python {python}; "
+        f"{env['platform']}, {env['cpu']}, {env['cpus']} logical CPUs; {run}.",
+        "",
+        f"Data: {legend(cfg)}.",
+        "",
+        markdown_tables(ctx),
+    ]
+    return "\n".join(lines)
+
+
 def to_json(ctx: Context, conditions: dict[str, Any] | None = None) -> dict[str, Any]:
     results = ctx.results
     return {
@@ -234,7 +261,7 @@ def plot(ctx: Context, path: Path) -> None:
     goals = targets(results)
     fig, (ax, gx) = plt.subplots(
         2, 1, figsize=(11, 0.28 * len(names) * max(2, len(stores)) / 2 + 0.4 * len(goals) + 3),
-        height_ratios=[max(1, len(names)), max(1, len(goals))],
+        height_ratios=[max(1, len(names)), max(1, len(goals))], layout="constrained",
     )  # fmt: skip
     height = 0.8 / max(1, len(stores))
     for i, store in enumerate(stores):
@@ -245,7 +272,11 @@ def plot(ctx: Context, path: Path) -> None:
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlabel("speed relative to LocalStore (log scale, >1 = faster)")
-    ax.legend(fontsize="small", ncols=2)
+    # Above the bars, in one or two rows: inside the axes it would cover the first workloads.
+    ax.legend(
+        fontsize="small", ncols=min(4, max(1, len(stores))), loc="lower center",
+        bbox_to_anchor=(0.5, 1.0), frameon=False,
+    )  # fmt: skip
     labels = [f"{t.workload}: {t.store} / {t.reference}" for t in goals]
     values = [t.ratio(results) or 0 for t in goals]
     colours = ["tab:green" if t.met(results) else "tab:red" for t in goals]
@@ -255,6 +286,5 @@ def plot(ctx: Context, path: Path) -> None:
     gx.invert_yaxis()
     gx.set_xlabel("targets: speed ratio (time ratio for windows); black mark = target")
     fig.suptitle(legend(ctx.config), fontsize="small")
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -1,0 +1,171 @@
+"""The documentation site's sources against the code they describe: the command-line reference
+that scripts/docs_hooks.py generates from the parser (every command, every option, as
+`zarrdb COMMAND --help` lists them), the API page's list of the methods SQLiteStore inherits
+from its file-operations mixin, and the README's links into the site. `mkdocs build --strict`
+(`.ci/run`, `make docs`) checks links, anchors and docstring references; these need no MkDocs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from zarrdb import SQLiteStore
+from zarrdb._file_ops import FileOperations
+from zarrdb.cli.framework import COMMANDS, build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+HOOKS = ROOT / "scripts" / "docs_hooks.py"
+
+pytestmark = pytest.mark.skipif(
+    not HOOKS.is_file() or not (ROOT / "mkdocs.yml").is_file(),
+    reason="the documentation sources are not beside the tests (an sdist)",
+)
+
+
+@pytest.fixture(scope="module")
+def hooks():
+    spec = importlib.util.spec_from_file_location("docs_hooks", HOOKS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def narrative() -> str:
+    return (DOCS / "cli.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def reference(hooks, narrative) -> str:
+    return hooks.render_cli_reference(narrative=narrative)
+
+
+def _sections(page: str) -> dict[str, str]:
+    parts = re.split(r"^## zarrdb (\S+)$", page, flags=re.MULTILINE)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def test_the_cli_reference_has_a_section_for_every_command(reference):
+    names = [command.name for command in COMMANDS if command.available()]
+    assert len(names) >= 8
+    assert list(_sections(reference)) == names
+
+
+def test_every_argument_of_every_command_is_in_the_cli_reference(reference):
+    """Each option string and positional argument the parser declares (what `zarrdb COMMAND
+    --help` lists) appears in the command's section, as does the top-level `--version`."""
+    parser = build_parser(None)
+    sections = _sections(reference)
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    checked = 0
+    for name, sub in subparsers.choices.items():
+        for action in sub._actions:
+            if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+                continue
+            if not action.option_strings:
+                assert f"| `{action.metavar or action.dest}` |" in sections[name], name
+            for option in action.option_strings:
+                assert re.search(rf"[`,] ?{re.escape(option)}\b", sections[name]), (name, option)
+                assert option in sub.format_help(), (name, option)
+            checked += 1
+    assert checked > 40
+    assert "`--version`" in reference.split("## zarrdb ", 1)[0]
+
+
+def test_the_cli_reference_links_each_command_to_the_guide(reference, narrative):
+    for name, body in _sections(reference).items():
+        link = re.search(r"\]\(\.\./cli\.md#([\w-]+)\)", body)
+        assert link, name
+        assert re.search(rf"^## zarrdb {name}\b", narrative, re.MULTILINE), name
+
+
+def test_a_command_missing_from_the_guide_is_reported(hooks, reference, narrative):
+    assert hooks.missing_sections(reference, narrative) == []
+    without_copy = re.sub(r"^## zarrdb copy\b.*$", "## copying", narrative, flags=re.MULTILINE)
+    problems = hooks.missing_sections(reference, without_copy)
+    assert problems == ["docs/cli.md has no section starting '## zarrdb copy'"]
+
+
+def test_help_text_shows_as_written(hooks):
+    assert hooks._text("a *b* | c_d `e` <f>") == r"a \*b\* \| c\_d \`e\` &lt;f&gt;"
+
+
+def _listed(page: str, option: str) -> list[str]:
+    """The names an option of the page's `:::` blocks lists."""
+    blocks = re.findall(rf"^      {option}:\n((?:        - \w+\n)+)", page, re.MULTILINE)
+    assert blocks, option
+    return re.findall(r"- (\w+)", "".join(blocks))
+
+
+def _public_methods(cls: type) -> list[str]:
+    """Methods and properties defined in `cls` itself (zarr's `supports_*` flags are not)."""
+    return [
+        name
+        for name, value in vars(cls).items()
+        if not name.startswith("_")
+        and isinstance(value, (property, classmethod, staticmethod, type(lambda: 0)))
+    ]
+
+
+def test_the_api_page_lists_every_method_of_sqlitestore():
+    """docs/reference/store.md names SQLiteStore's members to give them an order, and the
+    file-level methods, defined in a mixin, because mkdocstrings shows inherited methods only
+    when named: a method missing from either list would be missing from the page."""
+    page = (DOCS / "reference" / "store.md").read_text()
+    inherited = _public_methods(FileOperations)
+    assert "rename" in inherited and "file_info" in inherited
+    assert sorted(_listed(page, "inherited_members")) == sorted(inherited)
+    own = _public_methods(SQLiteStore)
+    assert "transaction" in own and "options" in own and "from_object_store" in own
+    members = _listed(page, "members")
+    assert len(members) == len(set(members))
+    assert sorted(members) == sorted(own + inherited)
+
+
+def test_readme_links_to_pages_of_the_site():
+    config = (ROOT / "mkdocs.yml").read_text()
+    site = re.search(r"^site_url: (\S+)$", config, re.MULTILINE)[1]
+    readme = (ROOT / "README.md").read_text()
+    pages = re.findall(rf"\({re.escape(site)}([^)#]*)", readme)
+    assert len(pages) >= 8
+    for page in pages:
+        page = page.rstrip("/")
+        candidates = [DOCS / "index.md"] if not page else [
+            DOCS / f"{page}.md",
+            DOCS / page / "index.md",
+        ]
+        generated = page == "reference/cli"  # written by scripts/docs_hooks.py at each build
+        assert generated or any(c.is_file() for c in candidates), page
+    assert f"<{site}>" in readme
+
+
+@pytest.mark.parametrize(
+    ("module", "page"),
+    [
+        ("zarrdb.errors", "errors.md"),
+        ("zarrdb.remote", "remote.md"),
+        ("zarrdb.conformance", "conformance.md"),
+    ],
+)
+def test_the_api_reference_shows_everything_a_module_exports(module, page):
+    """Each module's page names its members (to order them), so a name added to `__all__`
+    must be added there too."""
+    exported = importlib.import_module(module).__all__
+    listed = _listed((DOCS / "reference" / page).read_text(), "members")
+    assert sorted(listed) == sorted(exported)
+    assert len(listed) == len(set(listed))
+
+
+def test_the_package_page_shows_every_name_the_package_exports():
+    import zarrdb
+
+    page = (DOCS / "reference" / "zarrdb.md").read_text()
+    documented = set(_listed(page, "members")) | set(re.findall(r"^\| `(\w+)` \|", page, re.M))
+    assert set(zarrdb.__all__) <= documented
