@@ -85,7 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--full",
         action="store_true",
         help="the complete benchmark: 4096x4096 float32, a 512^3 uint16 cube in 256^3 chunks, "
-        "3 repetitions (about 15 minutes on two cores); the options below change it further",
+        "3 repetitions (8 to 9 minutes on two cores); the options below change it further",
     )
     parser.add_argument(
         "--size", type=_positive("size"), metavar="N",
