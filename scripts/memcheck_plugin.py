@@ -25,6 +25,9 @@ ASAN_SKIPS = {
     "tests/store/test_concurrency.py::test_large_assignment_keeps_memory_bounded": (
         "measures the process's peak memory"
     ),
+    "tests/store/test_concurrency.py::test_group_commit_16_threads_batches_and_loses_nothing": (
+        "counts writes per commit, which depend on how fast the writer runs"
+    ),
 }
 SKIPS = {"valgrind": VALGRIND_SKIPS, "asan": ASAN_SKIPS}
 
