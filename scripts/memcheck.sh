@@ -128,7 +128,14 @@ print(next((os.path.join(d, "_core" + s) for s in m.EXTENSION_SUFFIXES
         && [ -f "$CORE" ] || die "$PY has no zarrdb._core"
     RUNTIME=$(ldd "$CORE" | awk '/libasan|libclang_rt.asan/ {print $3; exit}')
     [ -n "$RUNTIME" ] || die "$CORE is not linked against an AddressSanitizer runtime"
-    export LD_PRELOAD=$RUNTIME
+    # C++'s runtime loaded up front too: the sanitizer resolves its interceptor of C++ throws
+    # (__cxa_throw) once, at start-up, and a C++ extension that throws later (matplotlib's
+    # ft2font does at import) would otherwise kill its process with "CHECK failed".
+    STDCXX=$(ldd "$CORE" | awk '/libstdc\+\+/ {print $3; exit}')
+    [ -n "$STDCXX" ] || STDCXX=$(ldconfig -p 2>/dev/null \
+        | awk -v m="$(uname -m | tr _ -)" '/libstdc\+\+\.so\.6 / && $0 ~ m {print $NF; exit}')
+    [ -n "$STDCXX" ] || die "libstdc++.so.6 not found (needed beside the sanitizer's runtime)"
+    export LD_PRELOAD="$RUNTIME $STDCXX"
     # Leaks are checked at each process's exit; a report goes to asan.PID in the log
     # directory; the first error stops its process. The verdict comes from those reports:
     # CPython itself leaks at exit, so the sanitizer's exit status (for leaks and errors

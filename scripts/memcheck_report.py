@@ -158,6 +158,10 @@ def asan(logdir: Path) -> int:
     logs = sorted(glob.glob(str(logdir / "asan.*")))
     for log in logs:
         text = Path(log).read_text(errors="replace")
+        # The sanitizer's own runtime failing ends its process without a report of ours
+        # (and, with exitcode=0, silently): what that process had left to do went unchecked.
+        for check in re.findall(r"(?m)^AddressSanitizer: CHECK failed: .*$", text):
+            problems.append(f"the sanitizer's runtime failed in {log}: {check}")
         # One report per "==PID==ERROR:" line; a leak report lists "Direct leak" records.
         for report in re.split(r"(?m)^(?===\d+==ERROR: )", text):
             if not re.match(r"==\d+==ERROR: ", report):

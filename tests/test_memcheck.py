@@ -201,14 +201,15 @@ void leak(void) { char *p = malloc(100); memset(p, 1, 100); }
 """
 
 
-def _asan_run(tmp_path: Path, code: str) -> Path:
-    """Runs Python code with gcc's ASan runtime preloaded, as memcheck.sh --asan does; the log
-    directory, with the pids file the plugin would have written."""
+def _asan_run(tmp_path: Path, code: str, preload: str = "") -> Path:
+    """Runs Python code with gcc's ASan runtime preloaded (and `preload` after it), as
+    memcheck.sh --asan does; the log directory, with the pids file the plugin would have
+    written."""
     logdir = tmp_path / "asan-logs"
     logdir.mkdir()
     env = dict(os.environ)
     env.update(
-        LD_PRELOAD=_asan_runtime(),
+        LD_PRELOAD=f"{_asan_runtime()} {preload}".strip(),
         PYTHONMALLOC="malloc",
         ASAN_OPTIONS=f"detect_leaks=1:log_path={logdir}/asan:halt_on_error=1",
     )
@@ -252,6 +253,45 @@ def test_a_leak_of_ours_found_by_leaksanitizer_fails_and_others_do_not(tmp_path)
     out = _report("asan", logdir, ours=r"no-such-frame")
     assert out.returncode == 0, out.stdout
     assert "no memory error, no leak of zarrdb's" in out.stdout
+
+
+THROWER_CC = """
+#include <stdexcept>
+extern "C" int throw_and_catch(void) {
+    try { throw std::runtime_error("caught"); } catch (const std::exception &) { return 7; }
+    return 0;
+}
+"""
+
+
+@needs_asan
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_a_cxx_throw_under_the_sanitizer_needs_cxx_runtime_preloaded(tmp_path):
+    """A C++ extension throwing in a process that started without C++'s runtime (matplotlib's
+    ft2font at import) kills it in the sanitizer's runtime ("CHECK failed"): the report calls
+    such a run untrusted, and with libstdc++ preloaded beside the sanitizer, as memcheck.sh
+    does, the throw works."""
+    source = tmp_path / "thrower.cc"
+    source.write_text(THROWER_CC)
+    lib = tmp_path / "libthrower.so"
+    subprocess.run(["g++", "-O0", "-shared", "-fPIC", "-o", lib, source], check=True)
+    caught = tmp_path / "caught"
+    code = (
+        f"import ctypes, pathlib\ncaught = ctypes.CDLL({str(lib)!r}).throw_and_catch()\n"
+        f"pathlib.Path({str(caught)!r}).write_text(str(caught))\n"
+    )
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    out = _report("asan", _asan_run(alone, code), ours=r"no-such-frame")
+    assert out.returncode == 2, out.stdout
+    assert "the sanitizer's runtime failed" in out.stdout and "CHECK failed" in out.stdout
+    assert not caught.exists()
+    assert 'export LD_PRELOAD="$RUNTIME $STDCXX"' in SCRIPT.read_text()
+    both = tmp_path / "both"
+    both.mkdir()
+    out = _report("asan", _asan_run(both, code, preload="libstdc++.so.6"), ours=r"no-such-frame")
+    assert out.returncode == 0, out.stdout
+    assert caught.read_text() == "7"
 
 
 def test_asan_mode_refuses_an_extension_built_without_it(tmp_path):
