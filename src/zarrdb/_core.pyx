@@ -226,6 +226,12 @@ cdef inline int _key(object key, Key* out) except -1:
     return 0
 
 
+cdef inline int _step_key(sqlite3_stmt* stmt, const Key* k) noexcept nogil:
+    """Bind the key to ?1 of a lookup statement and step it: SQLite's result code."""
+    sqlite3_bind_text64(stmt, 1, k.data, k.size, SQLITE_STATIC, SQLITE_UTF8)
+    return sqlite3_step(stmt)
+
+
 cdef bytes _prefix_bytes(object prefix):
     """The UTF-8 form of a prefix argument, with the same errors as for keys."""
     cdef Key k
@@ -283,9 +289,10 @@ cdef int _range(object prefix, Range* out, list keep) except -1:
 
 
 cdef inline void _bind_range(sqlite3_stmt* stmt, Range* r) noexcept nogil:
-    """Bind ?1 (and ?2, for a non-empty prefix) of a range statement."""
-    sqlite3_bind_text64(stmt, 1, r.lo, r.nlo, SQLITE_STATIC, SQLITE_UTF8)
+    """Bind ?1 and ?2 of a range statement; nothing for the prefix "" (its statement, over
+    every key, takes no parameter)."""
     if r.ranged:
+        sqlite3_bind_text64(stmt, 1, r.lo, r.nlo, SQLITE_STATIC, SQLITE_UTF8)
         sqlite3_bind_text64(stmt, 2, r.hi, r.nhi, SQLITE_STATIC, SQLITE_UTF8)
 
 
@@ -772,8 +779,7 @@ cdef class Database:
         try:
             stmt = self._stmt(range_stmt if r.ranged else all_stmt)
             with nogil:
-                if r.ranged:
-                    _bind_range(stmt, &r)
+                _bind_range(stmt, &r)
                 rc = sqlite3_step(stmt)
                 if rc == SQLITE_ROW:
                     result = sqlite3_column_int64(stmt, 0)
@@ -885,9 +891,8 @@ cdef class Database:
                 out = PyBytes_FromStringAndSize(NULL, guess)
                 dst = PyBytes_AS_STRING(out)
             with nogil:
-                sqlite3_bind_text64(stmt, 1, k.data, k.size, SQLITE_STATIC, SQLITE_UTF8)
                 sqlite3_bind_int64(stmt, 2, inline_max)
-                rc = sqlite3_step(stmt)
+                rc = _step_key(stmt, &k)
                 if rc == SQLITE_ROW:
                     rowid = sqlite3_column_int64(stmt, 0)
                     size = sqlite3_column_int64(stmt, 1)
@@ -964,36 +969,33 @@ cdef class Database:
         cdef int rc
         cdef const void* src = NULL
         cdef Py_ssize_t n = 0
+        cdef Py_ssize_t room
         _key(key, &k)
-        self._enter()
+        PyObject_GetBuffer(out, &view, PyBUF_WRITABLE)
         try:
-            PyObject_GetBuffer(out, &view, PyBUF_WRITABLE)
-        except BaseException:
-            self._leave()
-            raise
-        try:
-            stmt = self._stmt(S_GET)
-            with nogil:
-                sqlite3_bind_text64(stmt, 1, k.data, k.size, SQLITE_STATIC, SQLITE_UTF8)
-                rc = sqlite3_step(stmt)
-                if rc == SQLITE_ROW:
-                    src = sqlite3_column_blob(stmt, 0)
-                    n = sqlite3_column_bytes(stmt, 0)
-                    if n <= view.len and n > 0 and src != NULL:
-                        memcpy(view.buf, src, n)
-                sqlite3_reset(stmt)
-            if rc == SQLITE_DONE:
-                return None
-            if rc != SQLITE_ROW:
-                raise self._error(rc, f"cannot read {key!r}")
-            if n > view.len:
-                raise ValueError(
-                    f"the value for {key!r} has {n} bytes; the buffer holds only {view.len}"
-                )
-            return n
+            self._enter()
+            try:
+                stmt = self._stmt(S_GET)
+                with nogil:
+                    rc = _step_key(stmt, &k)
+                    if rc == SQLITE_ROW:
+                        src = sqlite3_column_blob(stmt, 0)
+                        n = sqlite3_column_bytes(stmt, 0)
+                        if n <= view.len and n > 0 and src != NULL:
+                            memcpy(view.buf, src, n)
+                    sqlite3_reset(stmt)
+                if rc != SQLITE_ROW and rc != SQLITE_DONE:
+                    raise self._error(rc, f"cannot read {key!r}")
+            finally:
+                self._leave()
+            room = view.len
         finally:
-            self._leave()
             PyBuffer_Release(&view)
+        if rc == SQLITE_DONE:
+            return None
+        if n > room:
+            raise ValueError(f"the value for {key!r} has {n} bytes; the buffer holds only {room}")
+        return n
 
     def get_range(self, key, start, length):
         """Bytes [start, start+length) of the value, clamped to its end; length None: to the
@@ -1148,8 +1150,7 @@ cdef class Database:
         try:
             stmt = self._stmt(which)
             with nogil:
-                sqlite3_bind_text64(stmt, 1, k.data, k.size, SQLITE_STATIC, SQLITE_UTF8)
-                rc = sqlite3_step(stmt)
+                rc = _step_key(stmt, &k)
                 if rc == SQLITE_ROW:
                     value = sqlite3_column_int64(stmt, 0)
                 if rc == SQLITE_ROW or rc == SQLITE_DONE:
@@ -1258,8 +1259,7 @@ cdef class Database:
         try:
             stmt = self._stmt(S_LIST_RANGE if r.ranged else S_LIST_ALL)
             with nogil:
-                if r.ranged:
-                    _bind_range(stmt, &r)
+                _bind_range(stmt, &r)
                 while True:
                     rc = sqlite3_step(stmt)
                     if rc != SQLITE_ROW:

@@ -21,8 +21,9 @@
  *   a reader waiting for another thread's fetch never holds the GIL that fetch needs.
  *
  * The file is declared immutable, so SQLite takes no locks, looks for no journal and keeps its
- * own page cache across transactions. Portable C: pthreads, or SRW locks and condition variables
- * on Windows; nothing compiler-specific. Included into _core.c after SQLite.
+ * own page cache across transactions. Portable C: the mutexes and condition variables of
+ * _zthreads.h (pthreads, or SRW locks on Windows); nothing compiler-specific. Included into
+ * _core.c after SQLite.
  */
 #ifndef ZARRDB_REMOTE_VFS_H
 #define ZARRDB_REMOTE_VFS_H
@@ -30,33 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef _WIN32
-#include <windows.h>
-typedef SRWLOCK zr_mutex;
-typedef CONDITION_VARIABLE zr_cond;
-#define ZR_MUTEX_INITIALIZER SRWLOCK_INIT
-static void zr_mutex_init(zr_mutex *m) { InitializeSRWLock(m); }
-static void zr_mutex_destroy(zr_mutex *m) { (void)m; }
-static void zr_lock(zr_mutex *m) { AcquireSRWLockExclusive(m); }
-static void zr_unlock(zr_mutex *m) { ReleaseSRWLockExclusive(m); }
-static void zr_cond_init(zr_cond *c) { InitializeConditionVariable(c); }
-static void zr_cond_destroy(zr_cond *c) { (void)c; }
-static void zr_cond_wait(zr_cond *c, zr_mutex *m) { SleepConditionVariableSRW(c, m, INFINITE, 0); }
-static void zr_cond_broadcast(zr_cond *c) { WakeAllConditionVariable(c); }
-#else
-#include <pthread.h>
-typedef pthread_mutex_t zr_mutex;
-typedef pthread_cond_t zr_cond;
-#define ZR_MUTEX_INITIALIZER PTHREAD_MUTEX_INITIALIZER
-static void zr_mutex_init(zr_mutex *m) { pthread_mutex_init(m, NULL); }
-static void zr_mutex_destroy(zr_mutex *m) { pthread_mutex_destroy(m); }
-static void zr_lock(zr_mutex *m) { pthread_mutex_lock(m); }
-static void zr_unlock(zr_mutex *m) { pthread_mutex_unlock(m); }
-static void zr_cond_init(zr_cond *c) { pthread_cond_init(c, NULL); }
-static void zr_cond_destroy(zr_cond *c) { pthread_cond_destroy(c); }
-static void zr_cond_wait(zr_cond *c, zr_mutex *m) { pthread_cond_wait(c, m); }
-static void zr_cond_broadcast(zr_cond *c) { pthread_cond_broadcast(c); }
-#endif
+#include "_zthreads.h"
 
 #define ZR_VFS_NAME "zarrdb-remote"
 #define ZR_NAME_MAX 48
@@ -114,8 +89,8 @@ struct zr_source {
     sqlite3_int64 nblocks;  /* blocks in the file */
     sqlite3_int64 capacity; /* blocks kept */
     int max_run;            /* blocks fetched at most in one request by read-ahead */
-    zr_mutex mutex;
-    zr_cond loaded;         /* broadcast when a fetch ends */
+    zt_mutex mutex;
+    zt_cond loaded;         /* broadcast when a fetch ends */
     zr_block **buckets;
     sqlite3_int64 nbuckets; /* a power of two */
     zr_block lru;           /* sentinel of the LRU list */
@@ -129,7 +104,7 @@ typedef struct zr_file {
     zr_source *source;
 } zr_file;
 
-static zr_mutex zr_registry_lock = ZR_MUTEX_INITIALIZER;
+static zt_mutex zr_registry_lock = ZT_MUTEX_INITIALIZER;
 static zr_source *zr_registry = NULL;
 static unsigned long zr_serial = 0;
 static zr_fetch_fn zr_fetch = NULL;
@@ -229,7 +204,7 @@ static int zr_fetch_run(zr_source *s, sqlite3_int64 first, int count) {
     int rc = 1;
     int i;
     for (i = 0; i < count; i++) length += zr_block_length(s, first + i);
-    zr_unlock(&s->mutex);
+    zt_mutex_unlock(&s->mutex);
     run = (zr_run *)malloc(sizeof(zr_run));
     if (run != NULL) {
         run->refs = 0;
@@ -238,7 +213,7 @@ static int zr_fetch_run(zr_source *s, sqlite3_int64 first, int count) {
             rc = zr_fetch(s, offset, length, run->data);
         }
     }
-    zr_lock(&s->mutex);
+    zt_mutex_lock(&s->mutex);
     s->stats.requests++;
     if (rc == 0) {
         s->stats.bytes += length;
@@ -255,7 +230,7 @@ static int zr_fetch_run(zr_source *s, sqlite3_int64 first, int count) {
             free(run);
         }
     }
-    zr_cond_broadcast(&s->loaded);
+    zt_cond_broadcast(&s->loaded);
     return rc;
 }
 
@@ -305,7 +280,7 @@ static int zr_placeholder(zr_source *s, sqlite3_int64 index) {
 static int zr_copy(zr_source *s, sqlite3_int64 index, sqlite3_int64 last, sqlite3_int64 within,
                    sqlite3_int64 n, unsigned char *dest) {
     int counted = 0;
-    zr_lock(&s->mutex);
+    zt_mutex_lock(&s->mutex);
     for (;;) {
         zr_block *b = zr_find(s, index);
         sqlite3_int64 want, first, ahead_limit, behind_limit;
@@ -318,13 +293,13 @@ static int zr_copy(zr_source *s, sqlite3_int64 index, sqlite3_int64 last, sqlite
             zr_lru_unlink(b);
             zr_lru_push(s, b);
             if (!counted) s->stats.hits++;
-            zr_unlock(&s->mutex);
+            zt_mutex_unlock(&s->mutex);
             return SQLITE_OK;
         }
         if (b != NULL) {
             s->stats.waits++;
             counted = 1;
-            zr_cond_wait(&s->loaded, &s->mutex);
+            zt_cond_wait(&s->loaded, &s->mutex);
             continue;
         }
         /* A miss: this block and the rest of this read, the blocks the stream skipped between
@@ -341,7 +316,7 @@ static int zr_copy(zr_source *s, sqlite3_int64 index, sqlite3_int64 last, sqlite
             behind_limit = stream->hi < index ? index - stream->hi : 0;
         }
         if (!zr_placeholder(s, index)) {
-            zr_unlock(&s->mutex);
+            zt_mutex_unlock(&s->mutex);
             return SQLITE_IOERR_NOMEM;
         }
         for (ahead = 1; ahead < ahead_limit && index + ahead < s->nblocks; ahead++) {
@@ -359,7 +334,7 @@ static int zr_copy(zr_source *s, sqlite3_int64 index, sqlite3_int64 last, sqlite
         if (first < stream->lo) stream->lo = first;
         if (index + ahead > stream->hi) stream->hi = index + ahead;
         if (zr_fetch_run(s, first, ahead + behind) != 0) {
-            zr_unlock(&s->mutex);
+            zt_mutex_unlock(&s->mutex);
             return SQLITE_IOERR_READ;
         }
     }
@@ -399,21 +374,21 @@ static void zr_source_free(zr_source *s) {
         while (s->buckets[i] != NULL) zr_drop(s, s->buckets[i]);
     }
     free(s->buckets);
-    zr_cond_destroy(&s->loaded);
-    zr_mutex_destroy(&s->mutex);
+    zt_cond_destroy(&s->loaded);
+    zt_mutex_destroy(&s->mutex);
     free(s);
 }
 
 static void zr_source_release(zr_source *s) {
     int last;
-    zr_lock(&zr_registry_lock);
+    zt_mutex_lock(&zr_registry_lock);
     last = --s->refs == 0;
     if (last) {
         zr_source **p = &zr_registry;
         while (*p != NULL && *p != s) p = &(*p)->next;
         if (*p == s) *p = s->next;
     }
-    zr_unlock(&zr_registry_lock);
+    zt_mutex_unlock(&zr_registry_lock);
     if (last) zr_source_free(s);
 }
 
@@ -438,13 +413,13 @@ static zr_source *zr_source_new(void *owner, sqlite3_int64 size, sqlite3_int64 b
         return NULL;
     }
     s->lru.lru_next = s->lru.lru_prev = &s->lru;
-    zr_mutex_init(&s->mutex);
-    zr_cond_init(&s->loaded);
-    zr_lock(&zr_registry_lock);
+    zt_mutex_init(&s->mutex);
+    zt_cond_init(&s->loaded);
+    zt_mutex_lock(&zr_registry_lock);
     sqlite3_snprintf(ZR_NAME_MAX, s->name, "/zarrdb-remote/%lu", ++zr_serial);
     s->next = zr_registry;
     zr_registry = s;
-    zr_unlock(&zr_registry_lock);
+    zt_mutex_unlock(&zr_registry_lock);
     return s;
 }
 
@@ -454,17 +429,17 @@ static const char *zr_source_name(zr_source *s) { return s->name; }
  * from here on. */
 static void *zr_source_owner(zr_source *s) {
     void *owner;
-    zr_lock(&s->mutex);
+    zt_mutex_lock(&s->mutex);
     owner = s->owner;
-    zr_unlock(&s->mutex);
+    zt_mutex_unlock(&s->mutex);
     return owner;
 }
 
 /* The owner lets go: fetches fail from now on; the source lives while files have it open. */
 static void zr_source_detach(zr_source *s) {
-    zr_lock(&s->mutex);
+    zt_mutex_lock(&s->mutex);
     s->owner = NULL;
-    zr_unlock(&s->mutex);
+    zt_mutex_unlock(&s->mutex);
     zr_source_release(s);
 }
 
@@ -486,17 +461,17 @@ static int zr_source_put_head(zr_source *s, const unsigned char *data, sqlite3_i
         return 1;
     }
     memcpy(run->data, data, (size_t)bytes);
-    zr_lock(&s->mutex);
+    zt_mutex_lock(&s->mutex);
     zr_fill(s, 0, (int)blocks, run, 0);
     if (run->refs == 0) zr_run_release(run);
-    zr_unlock(&s->mutex);
+    zt_mutex_unlock(&s->mutex);
     return 0;
 }
 
 static void zr_source_stats(zr_source *s, zr_stats *out) {
-    zr_lock(&s->mutex);
+    zt_mutex_lock(&s->mutex);
     *out = s->stats;
-    zr_unlock(&s->mutex);
+    zt_mutex_unlock(&s->mutex);
 }
 
 /* --- the VFS --------------------------------------------------------------------------- */
@@ -580,11 +555,11 @@ static int zr_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int f
     if (name == NULL || (flags & SQLITE_OPEN_MAIN_DB) == 0 || (flags & SQLITE_OPEN_READWRITE)) {
         return SQLITE_CANTOPEN;
     }
-    zr_lock(&zr_registry_lock);
+    zt_mutex_lock(&zr_registry_lock);
     for (s = zr_registry; s != NULL && strcmp(s->name, name) != 0; s = s->next) {
     }
     if (s != NULL) s->refs++;
-    zr_unlock(&zr_registry_lock);
+    zt_mutex_unlock(&zr_registry_lock);
     if (s == NULL) return SQLITE_CANTOPEN;
     f->source = s;
     f->base.pMethods = &zr_io_methods;
@@ -685,10 +660,10 @@ static sqlite3_vfs zr_vfs = {
 };
 
 /* Around fork(): no thread may hold the registry's lock while the process is copied. */
-static void zr_registry_before_fork(void) { zr_lock(&zr_registry_lock); }
+static void zr_registry_before_fork(void) { zt_mutex_lock(&zr_registry_lock); }
 static void zr_registry_after_fork(int child) {
     (void)child;
-    zr_unlock(&zr_registry_lock);
+    zt_mutex_unlock(&zr_registry_lock);
 }
 
 /* Register the VFS (not as the default) with the function that fetches; idempotent. */

@@ -16,6 +16,7 @@
 #include <process.h>
 
 typedef SRWLOCK zt_mutex;
+#define ZT_MUTEX_INITIALIZER SRWLOCK_INIT
 typedef CONDITION_VARIABLE zt_cond;
 typedef HANDLE zt_thread;
 
@@ -94,6 +95,7 @@ static void zt_wake_clear(int rfd) { (void)rfd; }
 #endif
 
 typedef pthread_mutex_t zt_mutex;
+#define ZT_MUTEX_INITIALIZER PTHREAD_MUTEX_INITIALIZER
 typedef pthread_cond_t zt_cond;
 typedef pthread_t zt_thread;
 
@@ -117,19 +119,6 @@ static void zt_cond_init(zt_cond *c)
 }
 static void zt_cond_destroy(zt_cond *c) { pthread_cond_destroy(c); }
 static void zt_cond_wait(zt_cond *c, zt_mutex *m) { pthread_cond_wait(c, m); }
-static int zt_cond_wait_ms(zt_cond *c, zt_mutex *m, long ms)
-{
-    struct timespec ts;
-#if defined(__APPLE__)
-    clock_gettime(CLOCK_REALTIME, &ts);
-#else
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-#endif
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec += 1; ts.tv_nsec -= 1000000000L; }
-    return pthread_cond_timedwait(c, m, &ts) == ETIMEDOUT;
-}
 static void zt_cond_signal(zt_cond *c) { pthread_cond_signal(c); }
 static void zt_cond_broadcast(zt_cond *c) { pthread_cond_broadcast(c); }
 
@@ -178,6 +167,10 @@ static int zt_cond_wait_us(zt_cond *c, zt_mutex *m, int64_t us)
     ts.tv_nsec += (long)(us % 1000000) * 1000L;
     if (ts.tv_nsec >= 1000000000L) { ts.tv_sec += 1; ts.tv_nsec -= 1000000000L; }
     return pthread_cond_timedwait(c, m, &ts) == ETIMEDOUT;
+}
+static int zt_cond_wait_ms(zt_cond *c, zt_mutex *m, long ms)
+{
+    return zt_cond_wait_us(c, m, (int64_t)ms * 1000);
 }
 
 /* A file descriptor an event loop can watch (add_reader): an eventfd on Linux, a pipe
