@@ -19,16 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from zarrdb import conformance, errors, remote
-from zarrdb.cli import hierarchy
-from zarrdb.cli.common import (
-    add_busy_timeout,
-    add_storage_options,
-    display,
-    emit_json,
-    epilog,
-    human,
-    storage_options,
-)
+from zarrdb.cli import common, hierarchy
 from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput, one_line
 from zarrdb.cli.hierarchy import MetadataError, Node
 from zarrdb.cli.stores import (
@@ -64,9 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "checks, the metadata documents and the chunk keys; skips the checks that read the "
         "whole file with Python's sqlite3",
     )
-    add_busy_timeout(parser)
-    add_storage_options(parser)
-    parser.epilog = epilog(
+    common.add_opening_options(parser)
+    parser.epilog = common.epilog(
         "Checks: the SQLiteStore 1.0 rules (application id, exactly the two tables with their\n"
         "columns, types, NOT NULL and BINARY keys, the metadata records, no NULLs, keys TEXT and\n"
         "values BLOB, the key rules on every key, journal mode); SQLite's integrity check (also\n"
@@ -127,7 +117,7 @@ def skipped_by_quick(path: str) -> str:
 
 async def run(args: argparse.Namespace) -> int:
     path = args.file
-    options = storage_options(args, path)
+    options = common.storage_options(args, path)
     found = Findings(None if args.all else CAP)
     if "://" in path and not remote.is_url(path):
         raise BadInput(
@@ -142,7 +132,7 @@ async def run(args: argparse.Namespace) -> int:
         nkeys = await full_check(path, found, args.busy_timeout)
     problems = found.total("problem") + (found.total("warning") if args.strict else 0)
     if args.json:
-        emit_json(
+        common.emit_json(
             {
                 "path": path if "://" in path else os.path.abspath(path),
                 "ok": problems == 0,
@@ -243,8 +233,8 @@ def downloaded(url: str, options: dict[str, Any]) -> Iterator[str]:
             free = shutil.disk_usage(folder).free
             if size > free:
                 raise BadInput(
-                    f"{url}: checking it whole needs a local copy of {human(size)}, and "
-                    f"{os.path.dirname(folder)} has {human(free)} free; set TMPDIR to a folder "
+                    f"{url}: checking it whole needs a local copy of {common.human(size)}, and "
+                    f"{os.path.dirname(folder)} has {common.human(free)} free; set TMPDIR to a folder "
                     f"with room, or check it in place with 'zarrdb check --quick {url}'"
                 )
             remote.download(url, copy, storage_options=settings)
@@ -299,7 +289,9 @@ async def _metadata_nodes(store: Any, keys: list[str], found: Findings) -> dict[
             found.problem("metadata document", str(exc))
             continue
         if path in nodes:
-            found.problem("metadata document", f"{display(path)}: has both Zarr v3 and v2 metadata")
+            found.problem(
+                "metadata document", f"{common.display(path)}: has both Zarr v3 and v2 metadata"
+            )
         nodes[path] = node
     return nodes
 
@@ -322,7 +314,10 @@ async def check_hierarchy(store: Any, found: Findings) -> int:
     for path in nodes:
         for above in hierarchy.ancestors(path):
             if above != path and above in nodes and nodes[above].is_array:
-                found.problem("node", f"{display(path)}: a node inside the array {display(above)}")
+                found.problem(
+                    "node",
+                    f"{common.display(path)}: a node inside the array {common.display(above)}",
+                )
                 break
     arrays = sorted((p for p, n in nodes.items() if n.is_array), key=hierarchy.key_prefix)
     if "" in nodes and nodes[""].is_array:
@@ -348,7 +343,9 @@ def _check_chunk_keys(
                 continue
             result = node.decode_chunk_key(key[len(prefix) :])
             if isinstance(result, str):
-                found.problem("chunk key", f"key {key!r}: {result} of the array {display(path)}")
+                found.problem(
+                    "chunk key", f"key {key!r}: {result} of the array {common.display(path)}"
+                )
     position = 0
     for lo, hi in sorted(covered) + [(len(keys), len(keys))]:
         for key in keys[position : max(position, lo)]:

@@ -111,6 +111,12 @@ def add_storage_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_opening_options(parser: argparse.ArgumentParser) -> None:
+    """--busy-timeout and --storage-option, for a command that opens local files and URLs."""
+    add_busy_timeout(parser)
+    add_storage_options(parser)
+
+
 def storage_options(args: argparse.Namespace, *locations: str) -> dict[str, Any]:
     """The --storage-option settings as a dict; BadInput if they are given without a URL."""
     from zarrdb.remote import parse_options

@@ -18,33 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zarrdb import conformance, remote
-from zarrdb.cli import hierarchy
-from zarrdb.cli.common import (
-    add_busy_timeout,
-    add_storage_options,
-    byte_size,
-    display,
-    emit_json,
-    epilog,
-    human,
-    inner_path,
-    storage_options,
-)
+from zarrdb.cli import common, hierarchy, stores
 from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput
-from zarrdb.cli.stores import (
-    URL_HELP,
-    Location,
-    classify,
-    closing,
-    key_sizes,
-    open_store,
-    put_in_place,
-    remote_errors,
-    remote_options,
-    remove,
-    temporary_sibling,
-    write_many,
-)
 
 DEFAULT_BATCH_BYTES = 64 * 1024 * 1024
 # Keys per batch at most: with tiny values the per-key cost (a Buffer, a tuple) is what fills
@@ -87,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--batch-bytes",
-        type=byte_size,
+        type=common.byte_size,
         default=DEFAULT_BATCH_BYTES,
         metavar="N",
         help="values held in memory and written per transaction, at most N bytes "
@@ -102,16 +77,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="show a progress bar (default: when stderr is a terminal)",
     )
     progress.add_argument("--no-progress", dest="progress", action="store_false")
-    add_busy_timeout(parser)
-    add_storage_options(parser)
-    parser.epilog = epilog(
+    common.add_opening_options(parser)
+    parser.epilog = common.epilog(
         "Values are copied byte for byte (no decoding), in batches of at most --batch-bytes,\n"
         "each written in one transaction. The kind of store is told by the file's content for\n"
         "existing files, else by the name: .zarrdb (also .sqlite, .db) and .zip are files,\n"
         "anything with '://' is a URL (see below), and anything\n"
         "else is a directory. A new .zarrdb, .zip or directory is written under a temporary name\n"
         "and renamed into place when complete, so an interrupted copy leaves nothing behind.\n"
-        + URL_HELP
+        + stores.URL_HELP
         + "\nA whole .zarrdb at a URL copied to a new .zarrdb file is downloaded byte for byte.",
         "zarrdb copy data.zarr data.zarrdb            # directory store -> one file",
         "zarrdb copy data.zarrdb data.zip --verify",
@@ -125,8 +99,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class Plan:
     """What a copy does, decided before anything is written."""
 
-    source: Location
-    dest: Location
+    source: stores.Location
+    dest: stores.Location
     src_path: str
     dst_path: str
     listing: list[tuple[str, int]]  # (key, size) in the source, metadata documents last
@@ -172,11 +146,11 @@ def whole_file(plan: Plan) -> bool:
 
 async def run(args: argparse.Namespace) -> int:
     show = args.progress if args.progress is not None else (sys.stderr.isatty() and not args.json)
-    options = storage_options(args, args.source, args.dest)
-    source = classify(args.source, "source", options)
-    dest = classify(args.dest, "destination", options)
-    src = await open_store(source, read_only=True, busy_timeout=args.busy_timeout)
-    with closing(src):
+    options = common.storage_options(args, args.source, args.dest)
+    source = stores.classify(args.source, "source", options)
+    dest = stores.classify(args.dest, "destination", options)
+    src = await stores.open_store(source, read_only=True, busy_timeout=args.busy_timeout)
+    with stores.closing(src):
         plan = await make_plan(src, source, dest, args)
         with Progress(show) as progress:
             if whole_file(plan):
@@ -184,20 +158,24 @@ async def run(args: argparse.Namespace) -> int:
             else:
                 outcome = await transfer(src, plan, args, progress)
             if args.verify:
-                check = await open_store(dest, read_only=True, busy_timeout=args.busy_timeout)
-                with closing(check):
+                check = await stores.open_store(
+                    dest, read_only=True, busy_timeout=args.busy_timeout
+                )
+                with stores.closing(check):
                     if outcome.downloaded:  # the sizes that batch the reads, from the copy
-                        sizes = dict(await key_sizes(check, dest, plan.dst_prefix))
+                        sizes = dict(await stores.key_sizes(check, dest, plan.dst_prefix))
                         plan.listing = [(key, sizes.get(key, 0)) for key, _ in plan.listing]
                     outcome.mismatches = await verify(src, check, plan, args.batch_bytes, progress)
     report(plan, outcome, args)
     return EXIT_PROBLEMS if outcome.mismatches else EXIT_OK
 
 
-async def make_plan(src: Any, source: Location, dest: Location, args: argparse.Namespace) -> Plan:
+async def make_plan(
+    src: Any, source: stores.Location, dest: stores.Location, args: argparse.Namespace
+) -> Plan:
     """What to copy and where; BadInput for anything that cannot be done."""
-    src_path = inner_path(args.path)
-    dst_path = src_path if args.dest_path is None else inner_path(args.dest_path)
+    src_path = common.inner_path(args.path)
+    dst_path = src_path if args.dest_path is None else common.inner_path(args.dest_path)
     if source.local and dest.local and os.path.exists(dest.path):
         if os.path.samefile(source.path, dest.path):
             raise BadInput(f"{dest.path}: is the source itself; copy to another place")
@@ -213,13 +191,13 @@ async def make_plan(src: Any, source: Location, dest: Location, args: argparse.N
 
 
 async def _listing(
-    src: Any, source: Location, path: str, sizes: bool
+    src: Any, source: stores.Location, path: str, sizes: bool
 ) -> list[tuple[str, int]]:
     """(key, size) of every key below `path`, metadata documents last (a reader of a partial
     copy sees no node whose chunks are still missing); sizes are 0 unless `sizes`."""
     prefix = hierarchy.key_prefix(path)
     if sizes:
-        listing = await key_sizes(src, source, prefix)
+        listing = await stores.key_sizes(src, source, prefix)
     else:
         listing = [(key, 0) async for key in src.list_prefix(prefix)]
     listing.sort(key=lambda item: (item[0].rpartition("/")[2] in hierarchy.METADATA_NAMES, item[0]))
@@ -231,7 +209,7 @@ async def _place(plan: Plan, args: argparse.Namespace) -> None:
     empty source, keys a .zarrdb cannot hold, or a destination that may not be replaced."""
     source, dest, src_path, dst_path = plan.source, plan.dest, plan.src_path, plan.dst_path
     if not plan.listing:
-        where = f" at {display(src_path)!r}" if src_path else ""
+        where = f" at {common.display(src_path)!r}" if src_path else ""
         raise BadInput(
             f"{source.path}: holds nothing{where}; 'zarrdb tree {source.path}' shows what is there"
         )
@@ -241,33 +219,33 @@ async def _place(plan: Plan, args: argparse.Namespace) -> None:
             if problem:
                 raise BadInput(f"{source.path}: {problem}; a .zarrdb file cannot hold it")
     if not dest.exists:
-        plan.temporary = temporary_sibling(dest.path) if dest.local else None
+        plan.temporary = stores.temporary_sibling(dest.path) if dest.local else None
         return
     if not await _occupied(dest, plan, args):
         return
     if not args.overwrite:
-        where = f" at {display(dst_path)!r}" if dst_path else ""
+        where = f" at {common.display(dst_path)!r}" if dst_path else ""
         raise BadInput(
             f"{dest.path}: exists already and holds data{where}; pass --overwrite to replace it, "
             "or choose another destination"
         )
     if dest.local and not dst_path:
-        plan.temporary = temporary_sibling(dest.path)
+        plan.temporary = stores.temporary_sibling(dest.path)
     elif dest.kind == "zip":
         raise BadInput(f"{dest.path}: keys in a zip file cannot be replaced; write a new zip file")
     else:
         plan.clear_first = True
 
 
-async def _occupied(dest: Location, plan: Plan, args: argparse.Namespace) -> bool:
+async def _occupied(dest: stores.Location, plan: Plan, args: argparse.Namespace) -> bool:
     """Whether the destination holds something at the destination path; BadInput if what it
     holds is not a Zarr hierarchy (never overwritten)."""
-    probe = await open_store(dest, read_only=True, busy_timeout=args.busy_timeout)
-    with closing(probe):
+    probe = await stores.open_store(dest, read_only=True, busy_timeout=args.busy_timeout)
+    with stores.closing(probe):
         if await probe.is_empty(plan.dst_prefix):
             return False
         if not await _holds_hierarchy(probe, plan.dst_prefix):
-            where = f" at {display(plan.dst_path)!r}" if plan.dst_path else ""
+            where = f" at {common.display(plan.dst_path)!r}" if plan.dst_path else ""
             raise BadInput(
                 f"{dest.path}: is not empty and holds no Zarr hierarchy{where}; refusing to "
                 "overwrite it"
@@ -294,14 +272,14 @@ async def transfer(src: Any, plan: Plan, args: argparse.Namespace, progress: Pro
     proto = default_buffer_prototype()
     outcome = Outcome()
     if plan.temporary:
-        remove(plan.temporary)
+        stores.remove(plan.temporary)
     started = time.perf_counter()
     try:
-        dst = await open_store(
+        dst = await stores.open_store(
             plan.dest, at=plan.temporary, read_only=False, busy_timeout=args.busy_timeout,
             zip_mode="w" if plan.temporary else "a",
         )  # fmt: skip
-        with closing(dst):
+        with stores.closing(dst):
             if plan.clear_first:
                 await dst.delete_dir(plan.dst_prefix)
             task = progress.task("copy", len(plan.listing), plan.total_bytes)
@@ -311,17 +289,17 @@ async def transfer(src: Any, plan: Plan, args: argparse.Namespace, progress: Pro
                 gone = next((k for k, v in zip(keys, values) if v is None), None)
                 if gone is not None:
                     raise BadInput(f"{plan.source.path}: the key {gone!r} vanished during the copy")
-                await write_many(dst, zip(map(plan.dest_key, keys), values))
+                await stores.write_many(dst, zip(map(plan.dest_key, keys), values))
                 nbytes = sum(size for _, size in batch)
                 outcome.keys += len(keys)
                 outcome.bytes += nbytes
                 outcome.batches += 1
                 progress.advance(task, len(keys), nbytes)
         if plan.temporary:
-            put_in_place(plan.temporary, plan.dest.path)
+            stores.put_in_place(plan.temporary, plan.dest.path)
     except BaseException:
         if plan.temporary:
-            remove(plan.temporary)
+            stores.remove(plan.temporary)
         raise
     outcome.seconds = time.perf_counter() - started
     return outcome
@@ -331,18 +309,18 @@ def download(plan: Plan) -> Outcome:
     """The whole .zarrdb at the source URL, byte for byte, to the new file."""
     assert plan.temporary is not None
     url = plan.source.path
-    remove(plan.temporary)
+    stores.remove(plan.temporary)
     started = time.perf_counter()
     try:
-        with remote_errors(url):
+        with stores.remote_errors(url):
             size = remote.download(
                 url,
                 plan.temporary,
-                storage_options=remote_options(url, plan.source.storage_options),
+                storage_options=stores.remote_options(url, plan.source.storage_options),
             )
-        put_in_place(plan.temporary, plan.dest.path)
+        stores.put_in_place(plan.temporary, plan.dest.path)
     except BaseException:
-        remove(plan.temporary)
+        stores.remove(plan.temporary)
         raise
     return Outcome(
         keys=len(plan.listing), bytes=size, seconds=time.perf_counter() - started, downloaded=True
@@ -374,12 +352,12 @@ async def verify(src: Any, dst: Any, plan: Plan, batch_bytes: int, progress: Pro
 def report(plan: Plan, outcome: Outcome, args: argparse.Namespace) -> None:
     rate = outcome.bytes / outcome.seconds if outcome.seconds > 0 else None
     if args.json:
-        emit_json(
+        common.emit_json(
             {
                 "source": plan.source.path,
                 "destination": plan.dest.path,
-                "path": display(plan.src_path),
-                "dest_path": display(plan.dst_path),
+                "path": common.display(plan.src_path),
+                "dest_path": common.display(plan.dst_path),
                 "keys": outcome.keys,
                 "bytes": outcome.bytes,
                 "batches": outcome.batches,
@@ -391,13 +369,13 @@ def report(plan: Plan, outcome: Outcome, args: argparse.Namespace) -> None:
             }
         )
         return
-    speed = "" if rate is None else f", {human(round(rate)).split(' (')[0]}/s"
+    speed = "" if rate is None else f", {common.human(round(rate)).split(' (')[0]}/s"
     if outcome.downloaded:
         speed += " (the file, downloaded byte for byte)"
-    src_at = display(plan.src_path) if plan.src_path else ""
-    dst_at = display(plan.dst_path) if plan.dst_path else ""
+    src_at = common.display(plan.src_path) if plan.src_path else ""
+    dst_at = common.display(plan.dst_path) if plan.dst_path else ""
     print(
-        f"copied {outcome.keys:,} keys, {human(outcome.bytes)} in {outcome.seconds:.2f} s{speed}: "
+        f"copied {outcome.keys:,} keys, {common.human(outcome.bytes)} in {outcome.seconds:.2f} s{speed}: "
         f"{plan.source.path}{src_at} -> {plan.dest.path}{dst_at}"
     )
     for line in outcome.mismatches:

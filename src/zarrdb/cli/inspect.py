@@ -10,46 +10,24 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any
 
-from zarrdb.cli import hierarchy
-from zarrdb.cli.common import (
-    add_busy_timeout,
-    add_storage_options,
-    display,
-    emit_json,
-    epilog,
-    human,
-    inner_path,
-    shape,
-    storage_options,
-    warn,
-)
+from zarrdb.cli import common, hierarchy, stores
 from zarrdb.cli.framework import EXIT_OK, BadInput
 from zarrdb.cli.hierarchy import Node
-from zarrdb.cli.stores import (
-    STORE_KINDS,
-    URL_HELP,
-    Location,
-    classify,
-    closing,
-    key_sizes,
-    open_store,
-)
 
 # --- shared by both commands ---------------------------------------------------------------------
 
 
 def _add_store_options(parser: argparse.ArgumentParser) -> None:
-    add_busy_timeout(parser)
-    add_storage_options(parser)
+    common.add_opening_options(parser)
 
 
-async def _open_source(args: argparse.Namespace) -> tuple[Location, Any]:
-    where = classify(args.store, "source", storage_options(args, args.store))
-    store = await open_store(where, read_only=True, busy_timeout=args.busy_timeout)
+async def _open_source(args: argparse.Namespace) -> tuple[stores.Location, Any]:
+    where = stores.classify(args.store, "source", common.storage_options(args, args.store))
+    store = await stores.open_store(where, read_only=True, busy_timeout=args.busy_timeout)
     return where, store
 
 
-def _warn_problems(where: Location, problems: Sequence[str]) -> None:
+def _warn_problems(where: stores.Location, problems: Sequence[str]) -> None:
     quick = "--quick " if where.remote else ""
     hint = (
         f" ('zarrdb check {quick}{where.path}' lists every problem)"
@@ -57,20 +35,20 @@ def _warn_problems(where: Location, problems: Sequence[str]) -> None:
         else ""
     )
     for problem in problems:
-        warn(problem + hint)
+        common.warn(problem + hint)
 
 
 # --- zarrdb info -----------------------------------------------------------------------------
 
 
 def add_info_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("store", metavar="STORE", help=STORE_KINDS)
+    parser.add_argument("store", metavar="STORE", help=stores.STORE_KINDS)
     _add_store_options(parser)
-    parser.epilog = epilog(
+    parser.epilog = common.epilog(
         "Chunk values are never read: sizes come from the store's record of each value's\n"
         "length. ratio = uncompressed bytes of the whole array / stored bytes of its chunks (as\n"
         "zarr's Array.info 'Storage ratio'; a partly written array shows a high ratio).\n"
-        + URL_HELP,
+        + stores.URL_HELP,
         "zarrdb info data.zarrdb",
         "zarrdb info data.zarr",
         "zarrdb info --json data.zarrdb | jq '.arrays[].path'",
@@ -87,7 +65,7 @@ def _array_summary(node: Node, sizes: list[tuple[str, int]]) -> dict[str, Any]:
     stored = sum(chunks)
     nbytes = node.nbytes
     return {
-        "path": display(node.path),
+        "path": common.display(node.path),
         "zarr_format": node.zarr_format,
         "shape": list(node.shape),
         "dtype": node.dtype,
@@ -124,15 +102,17 @@ def _file_facts(store: Any) -> dict[str, Any]:
 
 async def run_info(args: argparse.Namespace) -> int:
     where, store = await _open_source(args)
-    with closing(store):
+    with stores.closing(store):
         started = time.perf_counter()
         facts = _file_facts(store) if where.kind == "zarrdb" else None
-        sizes = await key_sizes(store, where, "")
+        sizes = await stores.key_sizes(store, where, "")
         nodes, problems = await hierarchy.discover(store, "")
         arrays = [_array_summary(node, sizes) for node in nodes if node.is_array]
         elapsed = time.perf_counter() - started
     if not sizes and where.kind != "zarrdb":
-        raise BadInput(f"{where.path}: holds nothing (no keys); give {STORE_KINDS} with data")
+        raise BadInput(
+            f"{where.path}: holds nothing (no keys); give {stores.STORE_KINDS} with data"
+        )
     result = {
         "store": {
             "path": where.path,
@@ -147,7 +127,7 @@ async def run_info(args: argparse.Namespace) -> int:
         "seconds": round(elapsed, 3),
     }
     if args.json:
-        emit_json(result)
+        common.emit_json(result)
         return EXIT_OK
     _print_info(result)
     _warn_problems(where, problems)
@@ -167,10 +147,10 @@ def _print_info(result: dict[str, Any]) -> None:
                 f"{f['sqlite_version']} (page size {f['page_size']:,}, "
                 f"journal mode {f['journal_mode']})",
             ),
-            ("file size", human(f["file_size"])),
+            ("file size", common.human(f["file_size"])),
             (
                 "free pages",
-                f"{f['free_pages']:,} ({human(f['free_bytes'])}; {_give_back_hint(f)})"
+                f"{f['free_pages']:,} ({common.human(f['free_bytes'])}; {_give_back_hint(f)})"
                 if f["free_pages"]
                 else "0",
             ),
@@ -180,7 +160,7 @@ def _print_info(result: dict[str, Any]) -> None:
         rows = [("store", s["path"]), ("kind", kinds[s["kind"]])]
     rows += [
         ("keys", f"{s['keys']:,}"),
-        ("stored bytes", human(s["stored_bytes"])),
+        ("stored bytes", common.human(s["stored_bytes"])),
         ("groups", f"{result['groups']:,}"),
         ("arrays", f"{len(result['arrays']):,}"),
     ]
@@ -192,17 +172,17 @@ def _print_info(result: dict[str, Any]) -> None:
         print(f"{a['path']}  (array, Zarr v{a['zarr_format']})")
         possible = "?" if a["chunks_possible"] is None else f"{a['chunks_possible']:,}"
         lines = [
-            ("shape", shape(a["shape"])),
+            ("shape", common.shape(a["shape"])),
             ("dtype", a["dtype"]),
-            ("chunks", shape(a["chunk_shape"])),
-            ("shards", shape(a["shard_shape"])),
+            ("chunks", common.shape(a["chunk_shape"])),
+            ("shards", common.shape(a["shard_shape"])),
             ("codecs", ", ".join(a["codecs"])),
             (
                 "chunks stored",
                 f"{a['chunks_stored']:,} / {possible}" + (" shards" if a["shard_shape"] else ""),
             ),
-            ("stored bytes", human(a["stored_bytes"])),
-            ("uncompressed", human(a["nbytes"])),
+            ("stored bytes", common.human(a["stored_bytes"])),
+            ("uncompressed", common.human(a["nbytes"])),
             ("ratio", "-" if a["ratio"] is None else f"{a['ratio']:.2f}"),
         ]
         for name, value in lines:
@@ -213,7 +193,7 @@ def _print_info(result: dict[str, Any]) -> None:
 
 
 def add_tree_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("store", metavar="STORE", help=STORE_KINDS)
+    parser.add_argument("store", metavar="STORE", help=stores.STORE_KINDS)
     parser.add_argument(
         "path",
         metavar="PATH",
@@ -222,8 +202,8 @@ def add_tree_arguments(parser: argparse.ArgumentParser) -> None:
         help="show only the sub-tree at PATH (default: the whole hierarchy)",
     )
     _add_store_options(parser)
-    parser.epilog = epilog(
-        URL_HELP,
+    parser.epilog = common.epilog(
+        stores.URL_HELP,
         "zarrdb tree data.zarrdb",
         "zarrdb tree data.zarrdb /climate",
         "zarrdb tree data.zip",
@@ -233,7 +213,7 @@ def add_tree_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _node_label(node: Node, name: str) -> str:
     if node.node_type == "array":
-        return f"{name} {shape(node.shape)} {node.dtype}"
+        return f"{name} {common.shape(node.shape)} {node.dtype}"
     if node.node_type == "group":
         return f"{name} (group)"
     if node.node_type == "broken":
@@ -242,7 +222,7 @@ def _node_label(node: Node, name: str) -> str:
 
 
 def _node_json(node: Node, children: dict[str, list[Node]]) -> dict[str, Any]:
-    out: dict[str, Any] = {"path": display(node.path), "node_type": node.node_type}
+    out: dict[str, Any] = {"path": common.display(node.path), "node_type": node.node_type}
     if node.is_array:
         out.update(shape=list(node.shape), dtype=node.dtype)
     else:
@@ -266,22 +246,22 @@ def _draw(top: Node, children: dict[str, list[Node]], label: str) -> list[str]:
 
 
 async def run_tree(args: argparse.Namespace) -> int:
-    path = inner_path(args.path)
+    path = common.inner_path(args.path)
     where, store = await _open_source(args)
-    with closing(store):
+    with stores.closing(store):
         nodes, problems = await hierarchy.discover(store, path)
     if not nodes:
         raise BadInput(
-            f"{where.path}: nothing at {display(path)!r}; 'zarrdb tree {where.path}' shows "
+            f"{where.path}: nothing at {common.display(path)!r}; 'zarrdb tree {where.path}' shows "
             "what is there"
         )
     children: dict[str, list[Node]] = {}
     for node in nodes[1:]:
         children.setdefault(hierarchy.parent(node.path), []).append(node)
     if args.json:
-        emit_json(_node_json(nodes[0], children))
+        common.emit_json(_node_json(nodes[0], children))
         return EXIT_OK
-    print("\n".join(_draw(nodes[0], children, display(path))))
+    print("\n".join(_draw(nodes[0], children, common.display(path))))
     _warn_problems(where, problems)
     return EXIT_OK
 

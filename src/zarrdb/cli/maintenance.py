@@ -10,17 +10,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from zarrdb.cli import hierarchy
-from zarrdb.cli.common import (
-    add_busy_timeout,
-    add_storage_options,
-    display,
-    emit_json,
-    epilog,
-    human,
-    inner_path,
-    storage_options,
-)
+from zarrdb.cli import common, hierarchy
 from zarrdb.cli.framework import EXIT_OK, BadInput
 from zarrdb.cli.stores import closing, open_zarrdb, remove, require_local, temporary_sibling
 
@@ -33,8 +23,8 @@ def add_mv_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "dest", metavar="DST_PATH", help="its new path (must not exist; its parent must be a group)"
     )
-    add_busy_timeout(parser)
-    parser.epilog = epilog(
+    common.add_busy_timeout(parser)
+    parser.epilog = common.epilog(
         "Every key of the node moves in one SQLite transaction: a reader sees the hierarchy\n"
         "before or after the move, never between. Consolidated metadata of the groups above\n"
         "is refreshed right after (a second transaction).",
@@ -61,13 +51,13 @@ async def _check_move(store: Any, file: str, src: str, dst: str) -> None:
     if node is None:
         if await store.is_empty(src):
             raise BadInput(
-                f"{file}: nothing at {display(src)!r}; 'zarrdb tree {file}' shows the paths"
+                f"{file}: nothing at {common.display(src)!r}; 'zarrdb tree {file}' shows the paths"
             )
         raise BadInput(
-            f"{file}: {display(src)!r} is not an array or group (no metadata document there)"
+            f"{file}: {common.display(src)!r} is not an array or group (no metadata document there)"
         )
     if not await store.is_empty(dst) or await store.exists(dst):
-        raise BadInput(f"{file}: {display(dst)!r} exists already; choose another name")
+        raise BadInput(f"{file}: {common.display(dst)!r} exists already; choose another name")
     up = hierarchy.parent(dst)
     if up:
         above, _ = await hierarchy.read_node(store, up)
@@ -78,7 +68,7 @@ async def _check_move(store: Any, file: str, src: str, dst: str) -> None:
                 else f"is {'an' if above.is_array else 'a'} {above.node_type}"
             )
             raise BadInput(
-                f"{file}: the parent {display(up)!r} of the destination {what}; it must be a group"
+                f"{file}: the parent {common.display(up)!r} of the destination {what}; it must be a group"
             )
 
 
@@ -86,12 +76,14 @@ async def run_mv(args: argparse.Namespace) -> int:
     import zarr.api.asynchronous as zarr_async
 
     require_local(args.file, "mv")
-    src = inner_path(args.source)
-    dst = inner_path(args.dest)
+    src = common.inner_path(args.source)
+    dst = common.inner_path(args.dest)
     if not src or not dst:
         raise BadInput("the root of the hierarchy cannot be moved, nor be the destination")
     if src == dst or dst.startswith(src + "/") or src.startswith(dst + "/"):
-        raise BadInput(f"cannot move {display(src)!r} to {display(dst)!r}: one contains the other")
+        raise BadInput(
+            f"cannot move {common.display(src)!r} to {common.display(dst)!r}: one contains the other"
+        )
     # Everything is checked on a read-only store first: a move that cannot be made leaves the
     # file untouched, byte for byte (opening for writing alone would change its header).
     with closing(open_zarrdb(args.file, busy_timeout=args.busy_timeout)) as store:
@@ -104,19 +96,19 @@ async def run_mv(args: argparse.Namespace) -> int:
             warnings.simplefilter("ignore")
             for group in consolidated:
                 await zarr_async.consolidate_metadata(store, path=group or None)
-    refreshed = [display(group) for group in consolidated]
+    refreshed = [common.display(group) for group in consolidated]
     if args.json:
-        emit_json(
+        common.emit_json(
             {
                 "file": args.file,
-                "source": display(src),
-                "dest": display(dst),
+                "source": common.display(src),
+                "dest": common.display(dst),
                 "keys": moved,
                 "refreshed_consolidated_metadata": refreshed,
             }
         )
     else:
-        print(f"moved {display(src)} to {display(dst)} ({moved:,} keys)")
+        print(f"moved {common.display(src)} to {common.display(dst)} ({moved:,} keys)")
         if refreshed:
             print(f"refreshed the consolidated metadata of {', '.join(refreshed)}")
     return EXIT_OK
@@ -129,9 +121,8 @@ def add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="the .zarrdb file, or its URL")
     parser.add_argument("dest", metavar="DEST", help="the new file (a local path)")
     parser.add_argument("--overwrite", action="store_true", help="replace DEST if it exists")
-    add_busy_timeout(parser)
-    add_storage_options(parser)
-    parser.epilog = epilog(
+    common.add_opening_options(parser)
+    parser.epilog = common.epilog(
         "SQLite's online backup copies the file as of one moment, while other processes keep\n"
         "reading and writing it. The copy is one self-contained file in DELETE journal mode;\n"
         "it is written under a temporary name and renamed to DEST when complete. A .zarrdb at\n"
@@ -143,7 +134,7 @@ def add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_snapshot(args: argparse.Namespace) -> int:
     dest = args.dest
-    options = storage_options(args, args.file)
+    options = common.storage_options(args, args.file)
     require_local(dest, "snapshot")
     if os.path.isdir(dest):
         raise BadInput(f"{dest}: is a directory; give the path of the new .zarrdb file")
@@ -172,7 +163,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     size = os.path.getsize(dest)
     if args.json:
-        emit_json(
+        common.emit_json(
             {
                 "file": args.file,
                 "dest": dest,
@@ -184,7 +175,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
         )
     else:
         print(
-            f"snapshot of {args.file} written to {dest}: {facts['keys']:,} keys, {human(size)}, "
+            f"snapshot of {args.file} written to {dest}: {facts['keys']:,} keys, {common.human(size)}, "
             f"journal mode {facts['journal_mode']}, in {elapsed:.2f} s"
         )
     return EXIT_OK
@@ -195,8 +186,8 @@ def run_snapshot(args: argparse.Namespace) -> int:
 
 def add_vacuum_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="the .zarrdb file")
-    add_busy_timeout(parser)
-    parser.epilog = epilog(
+    common.add_busy_timeout(parser)
+    parser.epilog = common.epilog(
         "Rebuilds the file without its free pages (space left by deleted or overwritten values).\n"
         "Needs free disk space of about the file's size, and no other writer meanwhile.",
         "zarrdb vacuum data.zarrdb",
@@ -215,7 +206,7 @@ def run_vacuum(args: argparse.Namespace) -> int:
         store.vacuum()
     after = _facts(args)
     if args.json:
-        emit_json(
+        common.emit_json(
             {
                 "file": args.file,
                 "size_before": before["file_size"],
@@ -227,8 +218,8 @@ def run_vacuum(args: argparse.Namespace) -> int:
     else:
         reclaimed = max(0, before["file_size"] - after["file_size"])
         print(
-            f"{args.file}: {human(before['file_size'])} -> {human(after['file_size'])} "
-            f"(reclaimed {human(reclaimed)}; free pages "
+            f"{args.file}: {common.human(before['file_size'])} -> {common.human(after['file_size'])} "
+            f"(reclaimed {common.human(reclaimed)}; free pages "
             f"{before['freelist_count']:,} -> {after['freelist_count']:,})"
         )
     return EXIT_OK
