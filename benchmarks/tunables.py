@@ -2,7 +2,7 @@
 
     python benchmarks/tunables.py [--quick] [--reps N] [--only SECTION ...] [--json out.json]
 
-Sections (each a default in src/zarrdb/store.py, _writing.py or _connections.py):
+Sections (each a default in src/zarrdb/_reading.py, _writing.py or _connections.py):
 
     page      page size (4 .. 64 KiB) x journal mode while ingesting (WAL vs DELETE), on ingest
               of 16 KiB and 1 MiB values (engine, transactions of ~8 MiB, as group commits are)
@@ -49,6 +49,7 @@ import numpy as np
 
 import zarrdb
 import zarrdb._connections as zconnections
+import zarrdb._reading as zreading
 import zarrdb._writing as zwriting
 import zarrdb.store as zstore
 from zarrdb import SQLiteStore
@@ -63,7 +64,7 @@ RANGE = 16 * KIB
 
 
 # The modules whose constants a section varies; each constant lives in exactly one of them.
-_TUNED_MODULES = (zstore, zwriting, zconnections)
+_TUNED_MODULES = (zstore, zreading, zwriting, zconnections)
 
 
 def _home(name: str) -> Any:

@@ -17,6 +17,7 @@ import pytest
 
 from zarrdb import SQLiteStore
 from zarrdb._file_ops import FileOperations
+from zarrdb._reading import Reads
 from zarrdb.cli.framework import COMMANDS, build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,11 +117,11 @@ def _public_methods(cls: type) -> list[str]:
 
 def test_the_api_page_lists_every_method_of_sqlitestore():
     """docs/reference/store.md names SQLiteStore's members to give them an order, and the
-    file-level methods, defined in a mixin, because mkdocstrings shows inherited methods only
-    when named: a method missing from either list would be missing from the page."""
+    file-level methods and the reads, defined in mixins, because mkdocstrings shows inherited
+    methods only when named: a method missing from either list would be missing from the page."""
     page = (DOCS / "reference" / "store.md").read_text()
-    inherited = _public_methods(FileOperations)
-    assert "rename" in inherited and "file_info" in inherited
+    inherited = _public_methods(FileOperations) + _public_methods(Reads)
+    assert "rename" in inherited and "file_info" in inherited and "get_ranges" in inherited
     assert sorted(_listed(page, "inherited_members")) == sorted(inherited)
     own = _public_methods(SQLiteStore)
     assert "transaction" in own and "options" in own and "from_object_store" in own

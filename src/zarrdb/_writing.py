@@ -22,10 +22,13 @@ import time
 import weakref
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zarrdb import _format, _zarr_shim
 from zarrdb._core import Database, Port, Submission, Writer
+
+if TYPE_CHECKING:
+    from zarrdb.store import SQLiteStore
 
 # One group commit takes at most this many bytes (the rest waits for the next): bounds a
 # transaction's size and the pages SQLite keeps for it.
@@ -68,7 +71,8 @@ VACUUM_MIN_PAGES = 16
 # writes the final time if a later commit left it out; explicit transactions always write it.
 MODIFIED_AT_INTERVAL = 0.5
 
-Op = tuple[str, str, Any]  # (kind, key, value): "set" | "set_if_absent" | "delete" | "delete_prefix"
+# (kind, key, value): "set" | "set_if_absent" | "delete" | "delete_prefix"
+Op = tuple[str, str, Any]
 
 # The explicit transaction the current context takes part in. zarr's synchronous API runs its
 # coroutines on its own event-loop thread with a copy of the caller's context (and
@@ -399,3 +403,39 @@ class _LoopPort:
     def _unwatch(self, loop: asyncio.AbstractEventLoop) -> None:
         with contextlib.suppress(Exception):
             loop.remove_reader(self.port.fileno())
+
+
+class Transaction:
+    """`with store.transaction():` and `async with store.transaction():`.
+
+    The code inside the block takes part in it, and so does the work zarr does for it on its own
+    event-loop and codec threads (zarr's synchronous API writes from there): those writes join
+    the transaction and those reads see it. Other threads' writes wait for the block to end;
+    their reads see committed data only. A nested block is a savepoint: if it raises, its writes
+    are undone."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.store = store
+        self.levels: list[Any] = []  # what each level entered needs to end
+
+    def __enter__(self) -> SQLiteStore:
+        writing = self.store._connections_for_write().writing
+        assert writing is not None
+        self.levels.append((writing, writing.begin()))
+        return self.store
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        writing, state = self.levels.pop()
+        writing.end(state, exc_type, exc, tb)
+
+    async def __aenter__(self) -> SQLiteStore:
+        writing = self.store._connections_for_write().writing
+        assert writing is not None
+        if writing.depth and not writing.in_transaction():
+            # Another thread's transaction: wait for its end off the loop, which may be
+            # running that transaction's own work.
+            await asyncio.to_thread(writing.wait_for_other_transaction)
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.__exit__(exc_type, exc, tb)

@@ -1,0 +1,300 @@
+"""Reads and listings of SQLiteStore: zarr's `get` (whole values and byte ranges), batches of
+ranges for sharded arrays, sizes, and the listings, each on the calling thread's read
+connection (or the transaction's own, inside one).
+
+A mixin: SQLiteStore provides `_connections()` (the open file, opened on first use).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from zarr.abc.store import (
+    ByteRequest,
+    OffsetByteRequest,
+    RangeByteRequest,
+    SuffixByteRequest,
+)
+from zarr.core.buffer import Buffer, BufferPrototype, cpu, default_buffer_prototype
+
+from zarrdb import _format
+
+if TYPE_CHECKING:
+    from zarrdb._connections import Connections
+
+# A read of at most this many bytes runs on the event loop's thread; a longer one is handed to
+# a worker thread, so the loop is not stalled and the copies of the values zarr gathers run on
+# several cores at once. One call alone is faster inline at every size, but zarr reading a
+# whole array of 1 MiB chunks is faster through threads, and of 256 KiB chunks (64 KiB in 1-D)
+# faster inline (benchmarks/tunables.py, section inline). Whole values only: byte ranges below.
+INLINE_READ_MAX = 512 * 1024
+# Byte ranges come from partial reads (a window out of a shard: the index and a few inner
+# chunks), one or two at a time, where the thread hop costs more than the copy: a range of at
+# most this many bytes is read inline.
+INLINE_RANGE_MAX = 1024 * 1024
+# A batch of at most this many ranges is read inline; more go to a worker thread.
+INLINE_BATCH_MAX = 4
+
+_U8 = np.dtype("B")
+_CPU_BUFFER = cpu.Buffer
+
+
+def _as_buffer(prototype: BufferPrototype, data: bytes) -> Buffer:
+    """`data` as the prototype's Buffer; for host buffers a view, without from_bytes' layers."""
+    cls = prototype.buffer
+    if cls is _CPU_BUFFER:
+        return cls(np.frombuffer(data, _U8))
+    return cls.from_bytes(data)
+
+
+def _byte_range(byte_range: ByteRequest | None) -> tuple[int, int | None]:
+    """A zarr ByteRequest as the engine's (start, length)."""
+    if byte_range is None:
+        return 0, None
+    if isinstance(byte_range, RangeByteRequest):
+        if byte_range.start < 0:
+            raise ValueError(f"byte range start must be >= 0, got {byte_range}")
+        return byte_range.start, max(0, byte_range.end - byte_range.start)
+    if isinstance(byte_range, OffsetByteRequest):
+        if byte_range.offset < 0:
+            raise ValueError(f"byte range offset must be >= 0, got {byte_range}")
+        return byte_range.offset, None
+    if isinstance(byte_range, SuffixByteRequest):
+        if byte_range.suffix < 0:
+            raise ValueError(f"byte range suffix must be >= 0, got {byte_range}")
+        if byte_range.suffix == 0:
+            return 0, 0
+        return -byte_range.suffix, None
+    raise ValueError(f"Unexpected byte_range, got {byte_range}.")
+
+
+class Reads:
+    if TYPE_CHECKING:
+
+        def _connections(self) -> Connections: ...
+
+    def get_sync(
+        self,
+        key: str,
+        *,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        """The value of `key`, or a byte range of it, without an event loop.
+
+        The synchronous form of `get`, for zarr's codec threads.
+
+        Parameters
+        ----------
+        key
+            The key.
+        prototype
+            The buffer type to return (zarr's default CPU buffer when None).
+        byte_range
+            A zarr `ByteRequest` (`RangeByteRequest`, `OffsetByteRequest`,
+            `SuffixByteRequest`), or None for the whole value.
+
+        Returns
+        -------
+        Buffer or None
+            The bytes, or None if the key is not stored.
+        """
+        with self._connections().read_connection() as db:
+            data = (
+                db.get(key) if byte_range is None else db.get_range(key, *_byte_range(byte_range))
+            )
+        if data is None:
+            return None
+        return _as_buffer(prototype or default_buffer_prototype(), data)
+
+    async def get(
+        self,
+        key: str,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        """The value of `key`, or a byte range of it; None if the key is not stored.
+
+        Small values and ranges are read on the event loop's thread, larger ones in a worker
+        thread. See `get_sync` for the parameters.
+        """
+        if prototype is None:
+            prototype = default_buffer_prototype()
+        conns = self._connections()
+        if conns.in_transaction():
+            return self.get_sync(key, prototype=prototype, byte_range=byte_range)
+        db = conns.reader()
+        if byte_range is None:
+            data = db.get_limited(key, INLINE_READ_MAX)
+            if type(data) is int:
+                data = await asyncio.to_thread(self._get_in_thread, key)
+        else:
+            start, length = _byte_range(byte_range)
+            if length is not None and length > INLINE_RANGE_MAX:
+                data = await asyncio.to_thread(self._get_range_in_thread, key, start, length)
+            else:
+                data = db.get_range(key, start, length)
+        return None if data is None else _as_buffer(prototype, data)
+
+    def _get_in_thread(self, key: str) -> bytes | None:
+        return self._connections().reader().get(key)
+
+    def _get_range_in_thread(self, key: str, start: int, length: int | None) -> bytes | None:
+        return self._connections().reader().get_range(key, start, length)
+
+    def _get_ranges_sync(
+        self, requests: Sequence[tuple[str, int, int | None]]
+    ) -> list[bytes | None]:
+        with self._connections().read_connection() as db:
+            return db.get_ranges(requests)
+
+    async def _get_ranges(self, requests: list[tuple[str, int, int | None]]) -> list[bytes | None]:
+        if len(requests) <= INLINE_BATCH_MAX or self._connections().in_transaction():
+            return self._get_ranges_sync(requests)
+        return await asyncio.to_thread(self._get_ranges_sync, requests)
+
+    async def get_partial_values(
+        self,
+        prototype: BufferPrototype,
+        key_ranges: Iterable[tuple[str, ByteRequest | None]],
+    ) -> list[Buffer | None]:
+        """Several values or byte ranges in one engine call and one snapshot.
+
+        Returns
+        -------
+        list of Buffer or None
+            In the order asked, None where a key is not stored.
+        """
+        requests = [(key, *_byte_range(byte_range)) for key, byte_range in key_ranges]
+        if not requests:
+            return []
+        values = await self._get_ranges(requests)
+        return [None if v is None else _as_buffer(prototype, v) for v in values]
+
+    async def _get_many(
+        self, requests: Iterable[tuple[str, BufferPrototype, ByteRequest | None]]
+    ) -> AsyncIterator[tuple[str, Buffer | None]]:
+        reqs = list(requests)
+        values = await self._get_ranges([(key, *_byte_range(br)) for key, _, br in reqs])
+        for (key, prototype, _), value in zip(reqs, values, strict=True):
+            yield key, (None if value is None else _as_buffer(prototype, value))
+
+    async def get_ranges(
+        self,
+        key: str,
+        byte_ranges: Sequence[ByteRequest | None],
+        *,
+        prototype: BufferPrototype,
+        **_coalescing: Any,
+    ) -> AsyncIterator[Sequence[tuple[int, Buffer | None]]]:
+        """All `byte_ranges` of `key` in one engine call and one snapshot.
+
+        zarr 3.4 reads parts of shards this way. Reading adjacent ranges separately costs
+        SQLite nothing, so they are not merged: zarr's coalescing options are accepted and
+        have nothing to do.
+
+        Yields
+        ------
+        list of (int, Buffer)
+            One batch: each range's index in `byte_ranges` and its bytes.
+
+        Raises
+        ------
+        BaseExceptionGroup
+            Holding `FileNotFoundError` if `key` is not stored.
+        """
+        if not byte_ranges:
+            return
+        values = await self._get_ranges([(key, *_byte_range(r)) for r in byte_ranges])
+        yield self._ranges_result(key, prototype, values)
+
+    def get_ranges_sync(
+        self,
+        key: str,
+        byte_ranges: Sequence[ByteRequest | None],
+        *,
+        prototype: BufferPrototype,
+        **_coalescing: Any,
+    ) -> Sequence[tuple[int, Buffer | None]]:
+        """The synchronous form of `get_ranges`, for zarr's codec threads.
+
+        Returns
+        -------
+        list of (int, Buffer)
+            Each range's index in `byte_ranges` and its bytes.
+        """
+        if not byte_ranges:
+            return []
+        values = self._get_ranges_sync([(key, *_byte_range(r)) for r in byte_ranges])
+        return self._ranges_result(key, prototype, values)
+
+    @staticmethod
+    def _ranges_result(
+        key: str, prototype: BufferPrototype, values: list[bytes | None]
+    ) -> list[tuple[int, Buffer | None]]:
+        if values[0] is None:  # one key: all present or all missing
+            raise BaseExceptionGroup("chunk read failed", [FileNotFoundError(key)])
+        return [(i, _as_buffer(prototype, v)) for i, v in enumerate(values)]  # type: ignore[arg-type]
+
+    async def exists(self, key: str) -> bool:
+        """Whether `key` is stored."""
+        with self._connections().read_connection() as db:
+            return db.exists(key)
+
+    async def getsize(self, key: str) -> int:
+        """The stored size of the value of `key` in bytes, without reading it.
+
+        Raises
+        ------
+        FileNotFoundError
+            If the key is not stored.
+        """
+        with self._connections().read_connection() as db:
+            size = db.length(key)
+        if size is None:
+            raise FileNotFoundError(key)
+        return size
+
+    async def getsize_prefix(self, prefix: str) -> int:
+        """The total stored size of the values below `prefix` (a group or array path)."""
+        with self._connections().read_connection() as db:
+            return db.size_prefix(_format.dir_prefix(prefix))
+
+    # --- listings ------------------------------------------------------------------------------
+
+    async def list(self) -> AsyncIterator[str]:
+        """Every key of the store, in key order."""
+        with self._connections().read_connection() as db:
+            keys = db.list_keys()
+        for key in keys:
+            yield key
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        """Every key that starts with `prefix`, in key order (an index range scan)."""
+        with self._connections().read_connection() as db:
+            keys = db.list_prefix(prefix)
+        for key in keys:
+            yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        """The names of the keys and sub-trees directly below `prefix`.
+
+        Each child's sub-tree is skipped with one index seek, so listing a group costs in
+        proportion to its children, not to the keys below it.
+        """
+        with self._connections().read_connection() as db:
+            children = db.list_dir(_format.dir_prefix(prefix))
+        seen: set[str] = set()
+        for child in children:
+            name = child[:-1] if child.endswith("/") else child
+            if name not in seen:  # a key and a sub-tree may share a name
+                seen.add(name)
+                yield name
+
+    async def is_empty(self, prefix: str) -> bool:
+        """Whether nothing is stored below `prefix`."""
+        with self._connections().read_connection() as db:
+            return not db.has_prefix(_format.dir_prefix(prefix))
