@@ -88,6 +88,7 @@ static void zt_wake_clear(int rfd) { (void)rfd; }
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef __linux__
@@ -132,13 +133,23 @@ static void *zt_trampoline_(void *p)
     return NULL;
 }
 
+/* The thread starts with every signal blocked (it inherits the mask in force at its
+ * creation): a signal sent to the process (Ctrl-C, SIGTERM) then goes to a thread that can act
+ * on it, not to one that runs no Python and would leave the main thread asleep. Faults (SIGSEGV,
+ * SIGBUS) on the thread itself are still delivered: the kernel does not let a mask hide them. */
 static int zt_thread_start(zt_thread *t, void (*fn)(void *), void *arg)
 {
+    sigset_t all, old;
+    int rc;
     zt_start_ *s = (zt_start_ *)malloc(sizeof(zt_start_));
     if (s == NULL) return -1;
     s->fn = fn;
     s->arg = arg;
-    if (pthread_create(t, NULL, zt_trampoline_, s) != 0) { free(s); return -1; }
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = pthread_create(t, NULL, zt_trampoline_, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) { free(s); return -1; }
     return 0;
 }
 static void zt_thread_join(zt_thread t) { pthread_join(t, NULL); }

@@ -284,3 +284,33 @@ def test_auto_journal_moves_to_wal_after_small_commits(tmp_path):
         writer.close()
     assert db.journal_mode() == "wal"
     db.close()
+
+
+def _blocked_signals(tid: int) -> set[int]:
+    """The signals a thread of this process blocks (Linux: SigBlk in /proc)."""
+    with open(f"/proc/self/task/{tid}/status") as f:
+        mask = int(next(line for line in f if line.startswith("SigBlk:")).split()[1], 16)
+    return {n for n in range(1, 65) if mask >> (n - 1) & 1}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads /proc (Linux)")
+def test_writer_and_checkpointer_threads_block_signals(tmp_path):
+    """The engine's C threads start with every signal blocked, so Ctrl-C and SIGTERM sent to
+    the process go to a thread that runs Python; the threads Python starts, and the caller's,
+    keep their masks."""
+    import signal
+
+    db = Database(make_db_file(tmp_path / "masks.zarrdb", "wal"))
+    before = set(os.listdir("/proc/self/task"))
+    writer = Writer(db, checkpoint=True)
+    try:
+        writer.submit([("set", "a", b"x")]).wait()
+        new = [int(t) for t in set(os.listdir("/proc/self/task")) - before]
+        wanted = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1}
+        masks = {tid: _blocked_signals(tid) for tid in new}
+        # the writer and its checkpointer (another thread started meanwhile may be among them)
+        assert sum(wanted <= blocked for blocked in masks.values()) >= 2, masks
+        assert signal.SIGINT not in _blocked_signals(threading.get_native_id())
+    finally:
+        writer.close()
+        db.close()

@@ -511,9 +511,10 @@ def test_group_commit_16_threads_batches_and_loses_nothing(tmp_path: Path) -> No
         for i in range(WRITERS_N)
         for j in range(per_thread)
     )
-    # Without group commit: one commit per write. With it, most of the 15 waiting writes go
-    # into each commit; an average of 4 writes per commit is a low bar.
-    assert 1 <= commits <= total // 4, (
+    # Without group commit: one commit per write. With it, the writes waiting while a commit
+    # runs go into the next one: 4 to 8 per commit on two idle cores, 3.8 seen on two busy ones.
+    # Two on average is the bar, far from both ends (how many wait is a matter of timing).
+    assert 1 <= commits <= total // 2, (
         f"{total} set_sync calls from {WRITERS_N} threads took {commits} commits "
         f"({total / max(commits, 1):.1f} writes per commit)"
     )

@@ -106,7 +106,12 @@ zarr.create_array(store, name="a", shape=(100,), chunks=(10,), dtype="i4")[:] = 
 print("ready", flush=True)
 if how == "exception":
     raise RuntimeError("an exception nobody catches")
-time.sleep(60)  # SIGTERM or Ctrl-C (SIGINT) comes meanwhile
+# SIGTERM or Ctrl-C (SIGINT) comes meanwhile. Short sleeps: a signal the kernel hands to
+# another thread (zarr's event loop, a codec thread) wakes no sleep of the main thread, whose
+# handler then runs at the end of the sleep it is in.
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    time.sleep(0.05)
 """
 
 
