@@ -232,6 +232,16 @@ cdef inline int _step_key(sqlite3_stmt* stmt, const Key* k) noexcept nogil:
     return sqlite3_step(stmt)
 
 
+cdef inline int _step_to_key(sqlite3_stmt* stmt) noexcept nogil:
+    """Step a listing statement: SQLITE_ROW with a key in column 0, _NULL_KEY for a row whose
+    key is NULL (a damaged or foreign file), else SQLite's result code (SQLITE_DONE at the
+    end)."""
+    cdef int rc = sqlite3_step(stmt)
+    if rc == SQLITE_ROW and sqlite3_column_type(stmt, 0) == SQLITE_NULL:
+        return _NULL_KEY
+    return rc
+
+
 cdef bytes _prefix_bytes(object prefix):
     """The UTF-8 form of a prefix argument, with the same errors as for keys."""
     cdef Key k
@@ -1151,8 +1161,7 @@ cdef class Database:
             stmt = self._stmt(which)
             with nogil:
                 rc = _step_key(stmt, &k)
-                if rc == SQLITE_ROW:
-                    value = sqlite3_column_int64(stmt, 0)
+                value = sqlite3_column_int64(stmt, 0) if rc == SQLITE_ROW else 0
                 if rc == SQLITE_ROW or rc == SQLITE_DONE:
                     sqlite3_reset(stmt)
             if rc == SQLITE_DONE:
@@ -1261,11 +1270,8 @@ cdef class Database:
             with nogil:
                 _bind_range(stmt, &r)
                 while True:
-                    rc = sqlite3_step(stmt)
+                    rc = _step_to_key(stmt)
                     if rc != SQLITE_ROW:
-                        break
-                    if sqlite3_column_type(stmt, 0) == SQLITE_NULL:
-                        rc = _NULL_KEY
                         break
                     text = sqlite3_column_text(stmt, 0)
                     if _arena_push(&arena, <const char*>text, sqlite3_column_bytes(stmt, 0)):
@@ -1319,11 +1325,8 @@ cdef class Database:
                     sqlite3_bind_text64(stmt, 1, cursor, ncursor, SQLITE_STATIC, SQLITE_UTF8)
                     if ranged:
                         sqlite3_bind_text64(stmt, 2, hi, nhi, SQLITE_STATIC, SQLITE_UTF8)
-                    rc = sqlite3_step(stmt)
+                    rc = _step_to_key(stmt)
                     if rc != SQLITE_ROW:
-                        break
-                    if sqlite3_column_type(stmt, 0) == SQLITE_NULL:
-                        rc = _NULL_KEY
                         break
                     k = <const char*>sqlite3_column_text(stmt, 0)
                     n = sqlite3_column_bytes(stmt, 0)

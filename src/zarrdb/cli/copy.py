@@ -77,7 +77,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="show a progress bar (default: when stderr is a terminal)",
     )
     progress.add_argument("--no-progress", dest="progress", action="store_false")
-    common.add_opening_options(parser)
     parser.epilog = common.epilog(
         "Values are copied byte for byte (no decoding), in batches of at most --batch-bytes,\n"
         "each written in one transaction. The kind of store is told by the file's content for\n"
@@ -93,6 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "zarrdb copy s3://bucket/data.zarr data.zarrdb   # needs fsspec and s3fs",
         "zarrdb copy s3://bucket/data.zarrdb data.zarr --storage-option region=eu-west-1",
     )
+    common.add_opening_options(parser)
 
 
 @dataclass
