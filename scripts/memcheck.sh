@@ -131,8 +131,7 @@ print(next((os.path.join(d, "_core" + s) for s in m.EXTENSION_SUFFIXES
     # C++'s runtime loaded up front too: the sanitizer resolves its interceptor of C++ throws
     # (__cxa_throw) once, at start-up, and a C++ extension that throws later (matplotlib's
     # ft2font does at import) would otherwise kill its process with "CHECK failed".
-    STDCXX=$(ldd "$CORE" | awk '/libstdc\+\+/ {print $3; exit}')
-    [ -n "$STDCXX" ] || STDCXX=$(ldconfig -p 2>/dev/null \
+    STDCXX=$(ldconfig -p 2>/dev/null \
         | awk -v m="$(uname -m | tr _ -)" '/libstdc\+\+\.so\.6 / && $0 ~ m {print $NF; exit}')
     [ -n "$STDCXX" ] || die "libstdc++.so.6 not found (needed beside the sanitizer's runtime)"
     export LD_PRELOAD="$RUNTIME $STDCXX"
