@@ -185,7 +185,9 @@ def _split(url: str) -> tuple[str, str]:
     if parts.query or parts.fragment:
         raise ValueError(f"{url!r}: URLs with a query or a fragment are not supported")
     base, _, name = url.rpartition("/")
-    if not name or not parts.path.strip("/"):
+    # A last segment of "." or ".." names a folder, not a file (and "a/b/.." is "a" to some
+    # clients and a key to others).
+    if urllib.parse.unquote(name) in ("", ".", "..") or not parts.path.strip("/"):
         raise ValueError(f"{url!r} names no file (expected e.g. s3://bucket/data.zarrdb)")
     return base, urllib.parse.unquote(name)
 

@@ -1,0 +1,68 @@
+"""Hostile URLs and servers: what a URL or a server on the other end can do to the person
+running zarrdb. Each CLI run is a new process (`python -m zarrdb`) against a hostile server on
+127.0.0.1 (_hostile_http.py), with a timeout.
+
+- A URL whose path names no file (`.../..`, or `?v=/..` and `#/..` after the name) made
+  `zarrdb check URL` delete the contents of the temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from cli.helpers import assert_bad_input, run
+from zarrdb import SQLiteStore
+
+from ._hostile_http import MIB, HostileServer, sqlite_looking
+
+
+def _canary_dir(tmp_path):
+    """A TMPDIR holding a file and a folder of the user's, and what it holds."""
+    scratch = tmp_path / "tmp"
+    (scratch / "mine" / "deep").mkdir(parents=True)
+    (scratch / "canary.txt").write_text("the user's file")
+    (scratch / "mine" / "deep" / "notes.txt").write_text("more of the user's files")
+    return scratch, _contents(scratch)
+
+
+def _contents(folder) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): p.read_text() if p.is_file() else "<dir>"
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+# --- 1. a URL that names no file ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/data/..",
+        "http://127.0.0.1:9/data/%2e%2e",
+        "{server}/data.zarrdb?v=/..",
+        "{server}/data.zarrdb#/..",
+    ],
+)
+def test_check_of_a_url_that_names_no_file_leaves_the_temporary_directory_alone(url, tmp_path):
+    """`check URL` downloads to a temporary folder; a local name taken from the URL's last
+    segment ('..') made its cleanup remove TMPDIR itself."""
+    scratch, before = _canary_dir(tmp_path)
+    with HostileServer(sqlite_looking(8192)) as server:
+        url = url.format(server=f"http://127.0.0.1:{server.port}")
+        proc = run("check", url, env={"TMPDIR": str(scratch)}, timeout=60)
+    assert _contents(scratch) == before  # nothing of the user's removed, nothing left behind
+    line = assert_bad_input(proc)
+    assert "names no file" in line or "query or a fragment" in line, line
+    assert server.requests == []  # refused before any request
+
+
+@pytest.mark.parametrize("tail", ["..", ".", "%2e%2e", "%2E", ""])
+def test_a_url_whose_path_names_no_file_is_refused_before_any_request(tail):
+    with HostileServer(sqlite_looking(8192)) as server:
+        url = server.url(f"data/{tail}")
+        with pytest.raises(ValueError, match="names no file"):
+            SQLiteStore(url, read_only=True)
+    assert server.requests == []
