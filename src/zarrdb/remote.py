@@ -299,6 +299,27 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+class _WrongLength(Exception):
+    """A body of another length than the range asked for."""
+
+
+def _body(result: Any, expected: int) -> Any:
+    """The body of an obstore GetResult, which must be `expected` bytes long.
+
+    Read as a stream, so that a body longer than asked (a server's Content-Length far beyond
+    its Content-Range) fails once it passes `expected` bytes, with about that much buffered,
+    instead of being taken whole first. _WrongLength otherwise."""
+    stream = result.stream(min_chunk_size=max(expected, 1))
+    data = next(stream, b"")  # the whole body, or its first `expected` bytes and a little more
+    if len(data) == expected and next(stream, None) is None:
+        return data
+    if len(data) < expected:
+        raise _WrongLength(
+            f"the answer is shorter than the {expected:,} bytes asked for ({len(data):,} bytes)"
+        )
+    raise _WrongLength(f"the answer is longer than the {expected:,} bytes asked for")
+
+
 class RemoteObject:
     """An opened remote file: one request reads its start and its version (ETag), which is
     pinned; `connect()` gives read connections that share one block cache."""
@@ -314,10 +335,7 @@ class RemoteObject:
         self._store = location.object_store()
         self._changed = (obstore.exceptions.PreconditionError, FileNotFoundError)
         try:
-            result = obstore.get(
-                self._store, location.path, options={"range": (0, cache.first_read)}
-            )
-            head = result.bytes()
+            meta, head = self._get_range(0, cache.first_read)
         except FileNotFoundError:
             raise FileNotFoundError(f"no such SQLiteStore file: {self.url!r}") from None
         except Exception as exc:
@@ -326,7 +344,6 @@ class RemoteObject:
                 code=10,
                 filename=self.url,
             ) from exc
-        meta = result.meta
         self.size: int = int(meta["size"])
         self.etag: str | None = meta.get("e_tag")
         self.version: str | None = meta.get("version")
@@ -350,14 +367,35 @@ class RemoteObject:
             head=head,
         )
 
+    def _get_range(
+        self, offset: int, length: int, *, pinned: bool = False
+    ) -> tuple[Mapping[str, Any], Any]:
+        """(meta, body) of one request for bytes [offset, offset + length), fewer at the end of
+        the object; `pinned`: of the version opened, else RemoteFileChangedError."""
+        options: dict[str, Any] = {"range": (offset, offset + length)}
+        if pinned and self.etag:
+            options["if_match"] = self.etag
+        result = self._get(self._store, self.location.path, options=options)
+        meta = result.meta
+        # Servers that ignore If-Match (or send no ETag) still say which version they send:
+        # another one fails before its body is read.
+        if pinned and (
+            int(meta["size"]) != self.size
+            or (
+                meta.get("e_tag") != self.etag
+                if self.etag
+                else meta.get("last_modified") != self.last_modified
+            )
+        ):
+            raise self._changed_error()
+        return meta, _body(result, min(length, int(meta["size"]) - offset))
+
     def _fetch(self, offset: int, length: int) -> Any:
         """Bytes [offset, offset + length) of the version opened, or RemoteReadError."""
-        options: dict[str, Any] = {"range": (offset, offset + length)}
-        if self.etag:
-            options["if_match"] = self.etag
         try:
-            result = self._get(self._store, self.location.path, options=options)
-            data = result.bytes()
+            return self._get_range(offset, length, pinned=True)[1]
+        except errors.RemoteFileChangedError:
+            raise
         except self._changed as exc:
             raise self._changed_error() from exc
         except Exception as exc:
@@ -368,15 +406,6 @@ class RemoteObject:
                 extended_code=266,
                 filename=self.url,  # SQLITE_IOERR_READ
             ) from exc
-        # Servers that ignore If-Match (or send no ETag) still say which version they sent.
-        meta = result.meta
-        if int(meta["size"]) != self.size or (
-            meta.get("e_tag") != self.etag
-            if self.etag
-            else meta.get("last_modified") != self.last_modified
-        ):
-            raise self._changed_error()
-        return data
 
     def _changed_error(self) -> errors.RemoteFileChangedError:
         return errors.RemoteFileChangedError(

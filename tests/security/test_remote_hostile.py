@@ -4,18 +4,23 @@ running zarrdb. Each CLI run is a new process (`python -m zarrdb`) against a hos
 
 - A URL whose path names no file (`.../..`, or `?v=/..` and `#/..` after the name) made
   `zarrdb check URL` delete the contents of the temporary directory.
+- A range request answered with a body longer than asked was buffered whole.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
-from cli.helpers import assert_bad_input, run
+from cli.helpers import CLI, assert_bad_input, run
 from zarrdb import SQLiteStore
 
 from ._hostile_http import MIB, HostileServer, sqlite_looking
+
+POSIX_ONLY = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and resource")
 
 
 def _canary_dir(tmp_path):
@@ -66,3 +71,49 @@ def test_a_url_whose_path_names_no_file_is_refused_before_any_request(tail):
         with pytest.raises(ValueError, match="names no file"):
             SQLiteStore(url, read_only=True)
     assert server.requests == []
+
+
+# --- 6. a body longer than asked ------------------------------------------------------------------
+
+# Runs `python -m zarrdb ARGS` and prints, on a last line of its own, the peak resident memory
+# of that process (ru_maxrss of this wrapper's only child) in bytes.
+_MEASURED = """
+import resource, subprocess, sys
+proc = subprocess.run(sys.argv[1:], timeout=120)
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print(peak * (1 if sys.platform == "darwin" else 1024))
+sys.exit(proc.returncode)
+"""
+
+
+def _run_measured(*args: str) -> tuple[subprocess.CompletedProcess[str], int]:
+    """`zarrdb ARGS` in a new process: the finished process and its peak RSS in bytes."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _MEASURED, *CLI, *args],
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    *out, peak = proc.stdout.splitlines() or ["0"]
+    proc.stdout = "\n".join(out)
+    proc.args = [*CLI, *args]  # for assert_bad_input's messages
+    return proc, int(peak)
+
+
+@POSIX_ONLY
+def test_a_body_longer_than_asked_fails_in_bounded_memory():
+    """A range request answered with 300 MiB (a Content-Length far past the Content-Range):
+    the body used to be taken whole before its length was checked, and the error said
+    'shorter'. Now it fails once the body passes the length asked, having read about that."""
+    huge = 300 * MIB
+    data = sqlite_looking(64 * 1024)
+    with HostileServer(data) as server:
+        honest, baseline = _run_measured("info", server.url(), "--storage-option", "max_retries=0")
+    assert honest.returncode == 2 and "not a .zarrdb file" in honest.stderr, honest.stderr
+    with HostileServer(data, "longer", huge=huge) as server:
+        proc, peak = _run_measured("info", server.url(), "--storage-option", "max_retries=0")
+        sent = server.sent
+    assert peak < baseline + 64 * MIB, (peak / MIB, baseline / MIB)
+    assert sent < huge / 2, sent / MIB  # the connection was dropped, not drained
+    line = assert_bad_input(proc, "longer than the")
+    assert "shorter" not in line
