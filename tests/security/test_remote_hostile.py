@@ -5,6 +5,8 @@ running zarrdb. Each CLI run is a new process (`python -m zarrdb`) against a hos
 - A URL whose path names no file (`.../..`, or `?v=/..` and `#/..` after the name) made
   `zarrdb check URL` delete the contents of the temporary directory.
 - A range request answered with a body longer than asked was buffered whole.
+- A read through the store that failed (the object replaced, Ctrl-C) was reported as
+  "cannot commit - no transaction is active".
 """
 
 from __future__ import annotations
@@ -37,6 +39,21 @@ def _contents(folder) -> dict[str, str]:
         str(p.relative_to(folder)): p.read_text() if p.is_file() else "<dir>"
         for p in sorted(folder.rglob("*"))
     }
+
+
+@pytest.fixture(scope="module")
+def large_chunk_file(tmp_path_factory) -> bytes:
+    """A .zarrdb written by zarrdb whose one chunk (3 MiB) lies past the opening request."""
+    import numpy as np
+    import zarr
+
+    path = tmp_path_factory.mktemp("large") / "large.zarrdb"
+    with SQLiteStore(path) as store:
+        n = 3 * MIB // 8
+        array = zarr.create_array(store, name="a", shape=(n,), chunks=(n,), dtype="f8",
+                                  compressors=None)  # fmt: skip
+        array[:] = np.arange(n, dtype="f8")
+    return path.read_bytes()
 
 
 # --- 1. a URL that names no file ------------------------------------------------------------------
@@ -117,3 +134,15 @@ def test_a_body_longer_than_asked_fails_in_bounded_memory():
     assert sent < huge / 2, sent / MIB  # the connection was dropped, not drained
     line = assert_bad_input(proc, "longer than the")
     assert "shorter" not in line
+
+
+# --- a failed read through the store --------------------------------------------------------------
+
+
+def test_a_file_replaced_during_a_copy_through_the_store_says_so(tmp_path, large_chunk_file):
+    """A read through the store that fails (here: the object changed) is reported as what it
+    is, not as the read transaction's end that SQLite had already rolled back."""
+    with HostileServer(large_chunk_file, "etag_change") as server:
+        proc = run("copy", server.url(), tmp_path / "out.zarr", timeout=60)
+    assert_bad_input(proc, "was replaced or removed after it was opened")
+    assert list(tmp_path.iterdir()) == []
