@@ -5,6 +5,8 @@ running zarrdb. Each CLI run is a new process (`python -m zarrdb`) against a hos
 - A URL whose path names no file (`.../..`, or `?v=/..` and `#/..` after the name) made
   `zarrdb check URL` delete the contents of the temporary directory.
 - A range request answered with a body longer than asked was buffered whole.
+- A server that accepts the connection and never answers held a command for minutes, through
+  Ctrl-C and SIGTERM.
 - A read through the store that failed (the object replaced, Ctrl-C) was reported as
   "cannot commit - no transaction is active".
 """
@@ -12,8 +14,11 @@ running zarrdb. Each CLI run is a new process (`python -m zarrdb`) against a hos
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -23,6 +28,27 @@ from zarrdb import SQLiteStore
 from ._hostile_http import MIB, HostileServer, sqlite_looking
 
 POSIX_ONLY = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and resource")
+
+
+def _run_to_error(*args: str, env: dict[str, str] | None = None):
+    """`zarrdb ARGS` in a new process: the finished process, and when (time.time()) the first
+    line of its stderr came (the process exits some tenths of a second later)."""
+    proc = subprocess.Popen(
+        [*CLI, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    killer = threading.Timer(60, proc.kill)  # a command that hangs fails the test, in bounded time
+    killer.start()
+    try:
+        first = proc.stderr.readline()
+        at = time.time()
+        out, rest = proc.communicate()
+    finally:
+        killer.cancel()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, first + rest), at
 
 
 def _canary_dir(tmp_path):
@@ -134,6 +160,69 @@ def test_a_body_longer_than_asked_fails_in_bounded_memory():
     assert sent < huge / 2, sent / MIB  # the connection was dropped, not drained
     line = assert_bad_input(proc, "longer than the")
     assert "shorter" not in line
+
+
+# --- 7. a server that never answers ---------------------------------------------------------------
+
+
+@POSIX_ONLY
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    ("behaviour", "argv"),
+    [
+        ("stall", ["info", "{url}"]),  # the opening request
+        ("stall_after_first", ["check", "{url}", "--json"]),  # a download's later request
+        # a read through the store, on a worker thread of the event loop
+        ("stall_after_first", ["copy", "{url}", "{tmp}/out.zarr"]),
+    ],
+    ids=["opening", "download", "store"],
+)
+def test_ctrl_c_and_sigterm_end_a_command_waiting_for_a_silent_server(
+    behaviour, argv, signum, tmp_path, large_chunk_file
+):
+    scratch, before = _canary_dir(tmp_path)
+    data = large_chunk_file if argv[0] == "copy" else sqlite_looking(3 * MIB)
+    with HostileServer(data, behaviour) as server:
+        args = [a.format(url=server.url(), tmp=tmp_path) for a in argv]
+        proc = subprocess.Popen(
+            [*CLI, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "TMPDIR": str(scratch)},
+        )
+        try:
+            # The request the server will never answer has arrived: the command waits on it.
+            deadline = time.monotonic() + 60
+            waiting = 1 if behaviour == "stall" else 2
+            while len(server.requests) < waiting and time.monotonic() < deadline:
+                assert proc.poll() is None, proc.communicate()
+                time.sleep(0.05)
+            assert len(server.requests) >= waiting
+            time.sleep(0.3)
+            sent = time.monotonic()
+            proc.send_signal(signum)
+            out, err = proc.communicate(timeout=10)
+            took = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert err.strip().splitlines() == [f"zarrdb {argv[0]}: error: interrupted"], err
+    assert took < 5, took
+    assert _contents(scratch) == before  # the download's copy is gone too
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tmp"]  # and the copy's
+
+
+def test_a_silent_server_fails_the_command_after_the_read_timeout():
+    """With read_timeout=1s (the default is 10 s), a server that accepts the connection and
+    never answers fails the command in seconds, retries included, naming the timeout."""
+    with HostileServer(sqlite_looking(8192), "stall") as server:
+        proc, failed_at = _run_to_error("info", server.url(), "--storage-option", "read_timeout=1s")
+        took = failed_at - server.requests[0].at
+    line = assert_bad_input(proc, "timed out", "read_timeout=1s")
+    assert took < 4, (took, line)
 
 
 # --- a failed read through the store --------------------------------------------------------------
