@@ -9,6 +9,8 @@ running zarrdb. Each CLI run is a new process (`python -m zarrdb`) against a hos
   Ctrl-C and SIGTERM.
 - A read through the store that failed (the object replaced, Ctrl-C) was reported as
   "cannot commit - no transaction is active".
+- Servers that ignore Range, change ETag, redirect in a loop or lie about Content-Range fail
+  cleanly, quickly (kept so).
 """
 
 from __future__ import annotations
@@ -234,4 +236,29 @@ def test_a_file_replaced_during_a_copy_through_the_store_says_so(tmp_path, large
     with HostileServer(large_chunk_file, "etag_change") as server:
         proc = run("copy", server.url(), tmp_path / "out.zarr", timeout=60)
     assert_bad_input(proc, "was replaced or removed after it was opened")
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- kept: servers that lie fail cleanly and quickly ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "words"),
+    [
+        ("ignore_range", ["Range request not supported"]),
+        ("redirect_loop", ["cannot open", "redirect"]),
+        ("content_range_lie", ["Requested 0..", "got 1.."]),
+        ("etag_change", ["was replaced or removed after it was opened"]),
+    ],
+)
+def test_a_lying_server_fails_the_command_cleanly_in_under_a_second(behaviour, words, tmp_path):
+    """Each lie ends the command with one line (exit 2) in under a second from the first
+    request; for the ETag, the file is larger than the opening request so that a later
+    request sees the new version (a download by check)."""
+    size = 3 * MIB if behaviour == "etag_change" else 8192
+    with HostileServer(sqlite_looking(size), behaviour) as server:
+        proc, failed_at = _run_to_error("check", server.url(), env={"TMPDIR": str(tmp_path)})
+        took = failed_at - server.requests[0].at
+    assert_bad_input(proc, *words)
+    assert took < 1.0, took
     assert list(tmp_path.iterdir()) == []
