@@ -31,6 +31,7 @@ from zarrdb import errors
 from zarrdb._core import RemoteDatabase, RemoteFile
 
 __all__ = [
+    "DEFAULT_TIMEOUTS",
     "SCHEMES",
     "BlockCache",
     "RemoteLocation",
