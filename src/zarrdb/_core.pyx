@@ -1030,6 +1030,7 @@ cdef class Database:
         cdef sqlite3_blob* blob = NULL
         cdef int rc = SQLITE_OK
         cdef int began = 0
+        cdef bint read = False  # every range read: the read transaction ends with a commit
         cdef int64_t size, s, want
         cdef Py_ssize_t failed_at = -1
         cdef list results
@@ -1126,12 +1127,15 @@ cdef class Database:
                                 break
                     if rc != SQLITE_OK:
                         self._raise(rc, NULL, f"cannot read {reqs[failed_at][0]!r}")
+                    read = True
                 finally:
                     if blob != NULL:
                         with nogil:
                             sqlite3_blob_close(blob)
+                    # After a failed read SQLite may have ended the transaction itself (an I/O
+                    # error rolls it back): ending it again must not replace the read's error.
                     if began:
-                        self._finish(began, True)
+                        self._finish(began, read)
             finally:
                 self._leave()
             return results

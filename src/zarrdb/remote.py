@@ -17,22 +17,27 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import os
+import queue
+import re
 import threading
 import urllib.parse
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from zarrdb import errors
 from zarrdb._core import RemoteDatabase, RemoteFile
 
 __all__ = [
+    "DEFAULT_TIMEOUTS",
     "SCHEMES",
     "BlockCache",
     "RemoteLocation",
     "RemoteObject",
     "download",
+    "interrupt_requests",
     "is_url",
     "open_remote",
     "parse_options",
@@ -67,6 +72,14 @@ _CLIENT_OPTIONS = frozenset(
         "user_agent",
     }
 )
+
+# Timeouts that end a request to a server gone silent in seconds. obstore's own defaults are a
+# 5 s connect timeout, no read timeout and 30 s for a whole request, each retried for up to
+# three minutes: a server that accepts connections and never answers held a command that long.
+# A read timeout (the longest silence while waiting for or reading an answer) catches a stall
+# without limiting a long transfer that keeps going. storage_options override each.
+DEFAULT_TIMEOUTS = {"connect_timeout": "5s", "read_timeout": "10s"}
+"""Client options a URL is read with unless its storage_options give them."""
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -185,7 +198,9 @@ def _split(url: str) -> tuple[str, str]:
     if parts.query or parts.fragment:
         raise ValueError(f"{url!r}: URLs with a query or a fragment are not supported")
     base, _, name = url.rpartition("/")
-    if not name or not parts.path.strip("/"):
+    # A last segment of "." or ".." names a folder, not a file (and "a/b/.." is "a" to some
+    # clients and a key to others).
+    if urllib.parse.unquote(name) in ("", ".", "..") or not parts.path.strip("/"):
         raise ValueError(f"{url!r} names no file (expected e.g. s3://bucket/data.zarrdb)")
     return base, urllib.parse.unquote(name)
 
@@ -220,6 +235,7 @@ class RemoteLocation:
         if (url is None) == (store is None):
             raise TypeError("give either a URL or an obstore store and a path")
         self.storage_options = dict(storage_options or {})
+        self.timeouts: dict[str, Any] = {}  # the client's timeouts, once its store is made
         if url is not None:
             if not is_url(url):
                 raise ValueError(
@@ -245,6 +261,13 @@ class RemoteLocation:
             for key in list(options):
                 if key in _CLIENT_OPTIONS:
                     client[key] = options.pop(key)
+            client = {**DEFAULT_TIMEOUTS, **client}
+            # A failed request is retried for as long as one read may stay silent: a stalled
+            # server fails the request after one read timeout, not after ten.
+            retry = dict(options.pop("retry_config", None) or {})
+            retry.setdefault("retry_timeout", _duration(client["read_timeout"]))
+            options["retry_config"] = retry
+            self.timeouts = {k: v for k, v in client.items() if k.endswith("timeout")}
             try:
                 self._store = obstore.store.from_url(
                     self.base, client_options=client or None, **options
@@ -297,6 +320,142 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+_DURATION_UNITS = {"ms": 0.001, "msec": 0.001, "s": 1, "sec": 1, "secs": 1, "m": 60, "min": 60,
+                   "mins": 60, "h": 3600, "hr": 3600}  # fmt: skip
+
+
+def _duration(value: Any) -> datetime.timedelta:
+    """A timeout as obstore takes it (a timedelta, or text such as "10s", "1m 30s", "500ms")
+    as a timedelta; DEFAULT_TIMEOUTS' read timeout for text in other units."""
+    if isinstance(value, datetime.timedelta):
+        return value
+    text = str(value).strip().lower()
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([a-z]+)", text)
+    if parts and re.fullmatch(r"(?:\s*\d+(?:\.\d+)?\s*[a-z]+)+", text):
+        if all(unit in _DURATION_UNITS for _, unit in parts):
+            return datetime.timedelta(
+                seconds=sum(float(n) * _DURATION_UNITS[unit] for n, unit in parts)
+            )
+    return _duration(DEFAULT_TIMEOUTS["read_timeout"])
+
+
+def _why(exc: BaseException, location: RemoteLocation) -> str:
+    """What went wrong with a request, in one line; a timeout names the settings."""
+    text = str(exc)
+    if "TimedOut" in text or "kind: Timeout" in text:
+        limits = ", ".join(f"{k}={v}" for k, v in location.timeouts.items())
+        return (
+            f"timed out: the server did not answer in time{f' ({limits})' if limits else ''}; "
+            "for a slow server give longer ones as storage options, e.g. read_timeout=60s"
+        )
+    return _first_line(exc)
+
+
+class _WrongLength(Exception):
+    """A body of another length than the range asked for."""
+
+
+def _body(result: Any, expected: int) -> Any:
+    """The body of an obstore GetResult, which must be `expected` bytes long.
+
+    Read as a stream, so that a body longer than asked (a server's Content-Length far beyond
+    its Content-Range) fails once it passes `expected` bytes, with about that much buffered,
+    instead of being taken whole first. _WrongLength otherwise."""
+    stream = result.stream(min_chunk_size=max(expected, 1))
+    data = next(stream, b"")  # the whole body, or its first `expected` bytes and a little more
+    if len(data) == expected and next(stream, None) is None:
+        return data
+    if len(data) < expected:
+        raise _WrongLength(
+            f"the answer is shorter than the {expected:,} bytes asked for ({len(data):,} bytes)"
+        )
+    raise _WrongLength(f"the answer is longer than the {expected:,} bytes asked for")
+
+
+_T = TypeVar("_T")
+
+# interrupt_requests() counts up; a wait that began at another count ends.
+_interrupts = 0
+_WAIT_STEP = 0.1  # seconds between looks at the count while waiting for a request
+
+
+def interrupt_requests() -> None:
+    """End every wait for a remote request in this process now: each raises KeyboardInterrupt
+    in its own thread (the requests themselves end with their timeouts, unread).
+
+    The thread a signal interrupts ends its wait by itself; this ends the others' (worker
+    threads reading for an event loop the signal stopped). The command line calls it on
+    Ctrl-C and SIGTERM."""
+    global _interrupts
+    _interrupts += 1
+
+
+class _Workers:
+    """Daemon threads that make requests for threads waiting on them; an idle one is reused
+    (starting a thread costs about as much as a 64 KiB request on loopback)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = 0
+        self._pid = os.getpid()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run `job()` on an idle worker, or on a new one."""
+        with self._lock:
+            if self._pid != os.getpid():  # after fork(): the workers stayed in the parent
+                self._jobs, self._idle, self._pid = queue.SimpleQueue(), 0, os.getpid()
+            jobs, idle = self._jobs, self._idle > 0
+            self._idle -= idle
+        jobs.put(job)
+        if not idle:
+            thread = threading.Thread(
+                target=self._work, args=(jobs,), name="zarrdb-remote-request", daemon=True
+            )
+            thread.start()
+
+    def _work(self, jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
+        while True:
+            jobs.get()()
+            with self._lock:
+                if jobs is not self._jobs:
+                    return
+                self._idle += 1
+
+
+_workers = _Workers()
+
+
+def _interruptible(call: Callable[[], _T]) -> _T:
+    """`call()`, run on a worker thread while this one waits in short steps.
+
+    A request waits inside obstore's blocking call, where neither Ctrl-C nor SIGTERM can end
+    it (Python runs signal handlers between bytecodes of the main thread); a wait here ends at
+    once on either, or on interrupt_requests(). The request is then abandoned: its worker
+    finishes it with the request's timeouts, holding up neither the process's exit nor
+    anything else."""
+    outcome: list[tuple[bool, Any]] = []
+    done = threading.Event()
+
+    def job() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    started_at = _interrupts
+    _workers.submit(job)
+    while not done.wait(_WAIT_STEP):
+        if _interrupts != started_at:
+            raise KeyboardInterrupt
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
 class RemoteObject:
     """An opened remote file: one request reads its start and its version (ETag), which is
     pinned; `connect()` gives read connections that share one block cache."""
@@ -312,19 +471,15 @@ class RemoteObject:
         self._store = location.object_store()
         self._changed = (obstore.exceptions.PreconditionError, FileNotFoundError)
         try:
-            result = obstore.get(
-                self._store, location.path, options={"range": (0, cache.first_read)}
-            )
-            head = result.bytes()
+            meta, head = _interruptible(lambda: self._get_range(0, cache.first_read))
         except FileNotFoundError:
             raise FileNotFoundError(f"no such SQLiteStore file: {self.url!r}") from None
         except Exception as exc:
             raise errors.RemoteReadError(
-                f"cannot open {self.url!r}: {_first_line(exc)}",
+                f"cannot open {self.url!r}: {_why(exc, location)}",
                 code=10,
                 filename=self.url,
             ) from exc
-        meta = result.meta
         self.size: int = int(meta["size"])
         self.etag: str | None = meta.get("e_tag")
         self.version: str | None = meta.get("version")
@@ -348,33 +503,45 @@ class RemoteObject:
             head=head,
         )
 
+    def _get_range(
+        self, offset: int, length: int, *, pinned: bool = False
+    ) -> tuple[Mapping[str, Any], Any]:
+        """(meta, body) of one request for bytes [offset, offset + length), fewer at the end of
+        the object; `pinned`: of the version opened, else RemoteFileChangedError."""
+        options: dict[str, Any] = {"range": (offset, offset + length)}
+        if pinned and self.etag:
+            options["if_match"] = self.etag
+        result = self._get(self._store, self.location.path, options=options)
+        meta = result.meta
+        # Servers that ignore If-Match (or send no ETag) still say which version they send:
+        # another one fails before its body is read.
+        if pinned and (
+            int(meta["size"]) != self.size
+            or (
+                meta.get("e_tag") != self.etag
+                if self.etag
+                else meta.get("last_modified") != self.last_modified
+            )
+        ):
+            raise self._changed_error()
+        return meta, _body(result, min(length, int(meta["size"]) - offset))
+
     def _fetch(self, offset: int, length: int) -> Any:
         """Bytes [offset, offset + length) of the version opened, or RemoteReadError."""
-        options: dict[str, Any] = {"range": (offset, offset + length)}
-        if self.etag:
-            options["if_match"] = self.etag
         try:
-            result = self._get(self._store, self.location.path, options=options)
-            data = result.bytes()
+            return _interruptible(lambda: self._get_range(offset, length, pinned=True))[1]
+        except errors.RemoteFileChangedError:
+            raise
         except self._changed as exc:
             raise self._changed_error() from exc
         except Exception as exc:
             raise errors.RemoteReadError(
                 f"cannot read bytes {offset:,} to {offset + length - 1:,} of {self.url!r}: "
-                f"{_first_line(exc)}",
+                f"{_why(exc, self.location)}",
                 code=10,
                 extended_code=266,
                 filename=self.url,  # SQLITE_IOERR_READ
             ) from exc
-        # Servers that ignore If-Match (or send no ETag) still say which version they sent.
-        meta = result.meta
-        if int(meta["size"]) != self.size or (
-            meta.get("e_tag") != self.etag
-            if self.etag
-            else meta.get("last_modified") != self.last_modified
-        ):
-            raise self._changed_error()
-        return data
 
     def _changed_error(self) -> errors.RemoteFileChangedError:
         return errors.RemoteFileChangedError(

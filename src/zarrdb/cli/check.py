@@ -222,12 +222,15 @@ async def quick_check(
 
 @contextlib.contextmanager
 def downloaded(url: str, options: dict[str, Any]) -> Iterator[str]:
-    """A local copy of the .zarrdb at `url`, byte for byte, in a temporary folder removed
-    afterwards; BadInput if the temporary folder has no room for it."""
+    """A local copy of the .zarrdb at `url`, byte for byte, in a new private folder of
+    TMPDIR; the copy and the folder are removed afterwards, and nothing else. BadInput if
+    the URL names no file (before any request) or the folder has no room for the copy."""
+    settings = remote_options(url, options)
+    with remote_errors(url):
+        remote.RemoteLocation(url, storage_options=settings)  # refuses a URL naming no file
     folder = tempfile.mkdtemp(prefix="zarrdb-check-")
-    copy = os.path.join(folder, url.rstrip("/").rpartition("/")[2] or "file.zarrdb")
+    copy = os.path.join(folder, "file.zarrdb")  # never a name from the URL (".." is one)
     try:
-        settings = remote_options(url, options)
         with remote_errors(url):
             size = remote.open_remote(url, storage_options=settings).size
             free = shutil.disk_usage(folder).free
@@ -241,7 +244,8 @@ def downloaded(url: str, options: dict[str, Any]) -> Iterator[str]:
         yield copy
     finally:
         remove(copy)
-        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
 
 
 async def _zarr_cannot_read(store: Any, node: Node) -> str | None:

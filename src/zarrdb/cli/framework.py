@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zarrdb import errors
+from zarrdb import errors, remote
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -219,15 +219,21 @@ def _run(run: Callable[[Any], Any], args: argparse.Namespace) -> int:
 
 def _terminate_as_interrupt() -> None:
     """SIGTERM (kill, a scheduler ending the job) unwinds like Ctrl-C, so `copy` and
-    `snapshot` remove their unfinished output on either."""
+    `snapshot` remove their unfinished output on either. Both also end every thread's wait
+    for a remote request at once: a worker thread reading for the event loop would otherwise
+    hold up the loop's shutdown until its request timed out. Ctrl-C raises at once: the
+    handler of asyncio.run, used before, only cancelled the main task on a first Ctrl-C, which
+    a read waiting on the loop's own thread never noticed."""
     if threading.current_thread() is not threading.main_thread():
         return
 
     def interrupt(signum: int, frame: object) -> None:
+        remote.interrupt_requests()
         raise KeyboardInterrupt
 
     with contextlib.suppress(ValueError, OSError, AttributeError):
         signal.signal(signal.SIGTERM, interrupt)
+        signal.signal(signal.SIGINT, interrupt)
 
 
 def one_line(text: str) -> str:
