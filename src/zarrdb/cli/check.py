@@ -302,13 +302,19 @@ async def check_hierarchy(store: Any, found: Findings) -> int:
     keys = sorted([key async for key in store.list_prefix("")])
     bad_keys = set()
     for key in keys:
-        if conformance.key_problem(key):
-            bad_keys.add(key)
+        problem = conformance.key_problem(key)
+        if not problem:
+            continue
+        bad_keys.add(key)
+        if problem.endswith(conformance.KEY_RULES):
             found.problem(
                 "key",
                 f"key {key!r}: breaks the key rules (a key must not start or end with '/' nor "
                 "contain '//')",
             )
+        else:  # a '..' segment, a NUL: a copy to a folder or a zip would refuse it
+            reason = problem.removeprefix(f"invalid key {key!r}: ")
+            found.problem("unsafe key", f"key {key!r}: unsafe key: {reason}")
     meta_keys = [k for k in keys if k.rpartition("/")[2] in hierarchy.METADATA_NAMES]
     nodes = await _metadata_nodes(store, meta_keys, found)
     for path in nodes:
@@ -339,7 +345,7 @@ def _check_chunk_keys(
         hi = len(keys) if not prefix else bisect_left(keys, prefix[:-1] + "0")
         covered.append((lo, hi))
         for key in keys[lo:hi]:
-            if key in meta_keys:
+            if key in meta_keys or key in bad_keys:
                 continue
             result = node.decode_chunk_key(key[len(prefix) :])
             if isinstance(result, str):
