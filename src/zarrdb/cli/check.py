@@ -20,7 +20,7 @@ from typing import Any
 
 from zarrdb import conformance, errors, remote
 from zarrdb.cli import common, hierarchy
-from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput, one_line
+from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput, one_line, say
 from zarrdb.cli.hierarchy import MetadataError, Node
 from zarrdb.cli.stores import (
     closing,
@@ -146,15 +146,13 @@ async def run(args: argparse.Namespace) -> int:
         )
     else:
         if args.quick:
-            print(skipped_by_quick(path))
-        for line in found.problems + found.elided("problem"):
-            print(line)
-        for line in found.warnings + found.elided("warning"):
-            print(f"warning: {line}")
+            say(skipped_by_quick(path))
+        say(*found.problems, *found.elided("problem"))
+        say(*(f"warning: {line}" for line in found.warnings + found.elided("warning")))
         if problems:
-            print(f"{found.total('problem'):,} problem(s), {found.total('warning'):,} warning(s)")
+            say(f"{found.total('problem'):,} problem(s), {found.total('warning'):,} warning(s)")
         else:
-            print("ok")
+            say("ok")
     return EXIT_PROBLEMS if problems else EXIT_OK
 
 

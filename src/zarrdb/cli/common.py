@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from zarrdb.cli.framework import EPILOG, BadInput
+from zarrdb.cli.framework import EPILOG, BadInput, printable
 
 # --- argument types (argparse turns their ArgumentTypeError into one line, exit code 2) ------
 
@@ -172,4 +172,4 @@ def shape(dims: Sequence[int] | None) -> str:
 
 
 def warn(message: str) -> None:
-    print(f"zarrdb: warning: {message}", file=sys.stderr, flush=True)
+    print(f"zarrdb: warning: {printable(message)}", file=sys.stderr, flush=True)

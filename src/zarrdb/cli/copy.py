@@ -19,7 +19,7 @@ from typing import Any
 
 from zarrdb import conformance, remote
 from zarrdb.cli import common, hierarchy, stores
-from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput
+from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput, say
 
 DEFAULT_BATCH_BYTES = 64 * 1024 * 1024
 # Keys per batch at most: with tiny values the per-key cost (a Buffer, a tuple) is what fills
@@ -390,14 +390,13 @@ def report(plan: Plan, outcome: Outcome, args: argparse.Namespace) -> None:
         speed += " (the file, downloaded byte for byte)"
     src_at = common.display(plan.src_path) if plan.src_path else ""
     dst_at = common.display(plan.dst_path) if plan.dst_path else ""
-    print(
+    say(
         f"copied {outcome.keys:,} keys, {common.human(outcome.bytes)} in {outcome.seconds:.2f} s{speed}: "
         f"{plan.source.path}{src_at} -> {plan.dest.path}{dst_at}"
     )
-    for line in outcome.mismatches:
-        print(line)
+    say(*outcome.mismatches)
     if args.verify:
-        print(
+        say(
             f"verify: {len(outcome.mismatches):,} difference(s)"
             if outcome.mismatches
             else f"verify: all {outcome.keys:,} keys and values are identical"

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from zarrdb.cli import common, hierarchy, stores
-from zarrdb.cli.framework import EXIT_OK, BadInput
+from zarrdb.cli.framework import EXIT_OK, BadInput, say
 from zarrdb.cli.hierarchy import Node
 
 # --- shared by both commands ---------------------------------------------------------------------
@@ -166,10 +166,9 @@ def _print_info(result: dict[str, Any]) -> None:
     ]
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
-        print(f"{name:<{width}}  {value}")
+        say(f"{name:<{width}}  {value}")
     for a in result["arrays"]:
-        print()
-        print(f"{a['path']}  (array, Zarr v{a['zarr_format']})")
+        say("", f"{a['path']}  (array, Zarr v{a['zarr_format']})")
         possible = "?" if a["chunks_possible"] is None else f"{a['chunks_possible']:,}"
         lines = [
             ("shape", common.shape(a["shape"])),
@@ -186,7 +185,7 @@ def _print_info(result: dict[str, Any]) -> None:
             ("ratio", "-" if a["ratio"] is None else f"{a['ratio']:.2f}"),
         ]
         for name, value in lines:
-            print(f"  {name:<14}{value}")
+            say(f"  {name:<14}{value}")
 
 
 # --- zarrdb tree -------------------------------------------------------------------------------
@@ -261,7 +260,7 @@ async def run_tree(args: argparse.Namespace) -> int:
     if args.json:
         common.emit_json(_node_json(nodes[0], children))
         return EXIT_OK
-    print("\n".join(_draw(nodes[0], children, common.display(path))))
+    say(*_draw(nodes[0], children, common.display(path)))
     _warn_problems(where, problems)
     return EXIT_OK
 
