@@ -157,6 +157,8 @@ def human(n: int | float | None) -> str:
         return "?"
     if n < 1024:
         return f"{n:,} bytes"
+    if n >= 1024**6:  # whole PiB: a size a document claims can be past what a float holds
+        return f"{n // 1024**5:,} PiB ({n:,} bytes)"
     value = float(n)
     for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
         value /= 1024

@@ -76,8 +76,16 @@ def _array_summary(node: Node, sizes: list[tuple[str, int]]) -> dict[str, Any]:
         "chunks_possible": node.chunks_possible,
         "stored_bytes": stored,
         "nbytes": nbytes,
-        "ratio": None if not nbytes or not stored else round(nbytes / stored, 3),
+        "ratio": _ratio(nbytes, stored),
     }
+
+
+def _ratio(nbytes: int | None, stored: int) -> float | None:
+    """Uncompressed / stored bytes; None when either is unknown or 0, or when the size a
+    document claims makes it larger than a float holds."""
+    if not nbytes or not stored or nbytes // stored > 2**1000:
+        return None
+    return round(nbytes / stored, 3)
 
 
 def _file_facts(store: Any) -> dict[str, Any]:
