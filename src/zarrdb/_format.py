@@ -85,14 +85,50 @@ def parse_timestamp(text: str) -> datetime | None:
 # --- keys ------------------------------------------------------------------------------------
 
 
+# The spec's three key rules, as they are broken.
+KEY_RULES = "keys must not start or end with '/' or contain '//'"
+_DRIVE = re.compile(r"(?:\A|/)[A-Za-z]:")
+
+
+def key_problem(key: str, flavour: str = "store") -> str | None:
+    """Why `key` may not be written where `flavour` says, or None if it may: "store" (a
+    SQLiteStore file), or a file's path below a folder on a "posix" or "windows" file system
+    (an export to a directory or a zip file).
+
+    Every flavour refuses the spec's empty segments, `.` and `..` segments (the Zarr core spec
+    forbids them as node names; as a path they climb out of the hierarchy) and NUL. A path on a
+    file system must also name a file (not ""), and on Windows hold no backslash and no drive
+    letter ("C:") at the start of a segment."""
+    if not key:
+        return None if flavour == "store" else "the empty key names no file"
+    # The common case costs a few substring searches: this runs for every chunk written.
+    if key[0] == "/" or key[-1] == "/" or "//" in key:
+        return KEY_RULES
+    if "\x00" in key:
+        return "it holds a NUL character, which no file system takes in a name"
+    if key[0] == "." or "/." in key:  # a segment that starts with a dot
+        framed = f"/{key}/"
+        for segment in ("/../", "/./"):
+            if segment in framed:
+                return (
+                    f"a {segment[1:-1]!r} segment (Zarr forbids '.' and '..' as node names; as "
+                    "a path it would leave its hierarchy)"
+                )
+    if flavour == "windows":
+        if "\\" in key:
+            return "a backslash, which separates folders on Windows"
+        if ":" in key and _DRIVE.search(key):
+            return "a drive letter ('C:') at the start of a segment, which names a drive on Windows"
+    return None
+
+
 def check_key(key: str) -> str:
     """`key` if it may be written to a SQLiteStore file, else InvalidKeyError."""
     if not isinstance(key, str):
         raise TypeError(f"keys are str, not {type(key).__name__}")
-    if key.startswith("/") or key.endswith("/") or "//" in key:
-        raise errors.InvalidKeyError(
-            f"invalid key {key!r}: keys must not start or end with '/' or contain '//'"
-        )
+    problem = key_problem(key)
+    if problem:
+        raise errors.InvalidKeyError(f"invalid key {key!r}: {problem}")
     return key
 
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from zarrdb import _format, errors
 
-__all__ = ["Finding", "Report", "check_file", "key_problem"]
+__all__ = ["KEY_RULES", "Finding", "Report", "check_file", "key_problem"]
 
 # SQLite's result codes, as Python's sqlite3 reports them (sqlite_errorcode & 0xFF).
 _SQLITE_BUSY = 5
@@ -63,13 +63,19 @@ class Report:
         self.findings.append(Finding("warning", kind, message))
 
 
-def key_problem(key: str) -> str | None:
-    """Why `key` may not be stored in a SQLiteStore file, or None if it may."""
-    try:
-        _format.check_key(key)
-    except errors.InvalidKeyError as exc:
-        return str(exc)
-    return None
+KEY_RULES = _format.KEY_RULES
+"""How `key_problem` ends its message for a key that breaks the spec's three key rules; any
+other problem makes a key unsafe to write as a path (a `..` segment, a NUL) rather than
+malformed."""
+
+
+def key_problem(key: str, flavour: str = "store") -> str | None:
+    """Why `key` may not be stored in a SQLiteStore file, or None if it may.
+
+    `flavour` "posix" or "windows" asks instead whether it may be written as a file's path
+    below a folder (an export to a directory or a zip file) on that kind of system."""
+    reason = _format.key_problem(key, flavour)
+    return None if reason is None else f"invalid key {key!r}: {reason}"
 
 
 def check_file(path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> Report:

@@ -20,7 +20,7 @@ from typing import Any
 
 from zarrdb import conformance, errors, remote
 from zarrdb.cli import common, hierarchy
-from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput, one_line
+from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput, one_line, say
 from zarrdb.cli.hierarchy import MetadataError, Node
 from zarrdb.cli.stores import (
     closing,
@@ -146,15 +146,13 @@ async def run(args: argparse.Namespace) -> int:
         )
     else:
         if args.quick:
-            print(skipped_by_quick(path))
-        for line in found.problems + found.elided("problem"):
-            print(line)
-        for line in found.warnings + found.elided("warning"):
-            print(f"warning: {line}")
+            say(skipped_by_quick(path))
+        say(*found.problems, *found.elided("problem"))
+        say(*(f"warning: {line}" for line in found.warnings + found.elided("warning")))
         if problems:
-            print(f"{found.total('problem'):,} problem(s), {found.total('warning'):,} warning(s)")
+            say(f"{found.total('problem'):,} problem(s), {found.total('warning'):,} warning(s)")
         else:
-            print("ok")
+            say("ok")
     return EXIT_PROBLEMS if problems else EXIT_OK
 
 
@@ -306,13 +304,19 @@ async def check_hierarchy(store: Any, found: Findings) -> int:
     keys = sorted([key async for key in store.list_prefix("")])
     bad_keys = set()
     for key in keys:
-        if conformance.key_problem(key):
-            bad_keys.add(key)
+        problem = conformance.key_problem(key)
+        if not problem:
+            continue
+        bad_keys.add(key)
+        if problem.endswith(conformance.KEY_RULES):
             found.problem(
                 "key",
                 f"key {key!r}: breaks the key rules (a key must not start or end with '/' nor "
                 "contain '//')",
             )
+        else:  # a '..' segment, a NUL: a copy to a folder or a zip would refuse it
+            reason = problem.removeprefix(f"invalid key {key!r}: ")
+            found.problem("unsafe key", f"key {key!r}: unsafe key: {reason}")
     meta_keys = [k for k in keys if k.rpartition("/")[2] in hierarchy.METADATA_NAMES]
     nodes = await _metadata_nodes(store, meta_keys, found)
     for path in nodes:
@@ -343,7 +347,7 @@ def _check_chunk_keys(
         hi = len(keys) if not prefix else bisect_left(keys, prefix[:-1] + "0")
         covered.append((lo, hi))
         for key in keys[lo:hi]:
-            if key in meta_keys:
+            if key in meta_keys or key in bad_keys:
                 continue
             result = node.decode_chunk_key(key[len(prefix) :])
             if isinstance(result, str):

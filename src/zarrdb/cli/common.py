@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from zarrdb.cli.framework import EPILOG, BadInput
+from zarrdb.cli.framework import EPILOG, BadInput, printable
 
 # --- argument types (argparse turns their ArgumentTypeError into one line, exit code 2) ------
 
@@ -157,6 +157,8 @@ def human(n: int | float | None) -> str:
         return "?"
     if n < 1024:
         return f"{n:,} bytes"
+    if n >= 1024**6:  # whole PiB: a size a document claims can be past what a float holds
+        return f"{n // 1024**5:,} PiB ({n:,} bytes)"
     value = float(n)
     for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
         value /= 1024
@@ -172,4 +174,4 @@ def shape(dims: Sequence[int] | None) -> str:
 
 
 def warn(message: str) -> None:
-    print(f"zarrdb: warning: {message}", file=sys.stderr, flush=True)
+    print(f"zarrdb: warning: {printable(message)}", file=sys.stderr, flush=True)

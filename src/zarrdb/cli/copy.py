@@ -19,7 +19,7 @@ from typing import Any
 
 from zarrdb import conformance, remote
 from zarrdb.cli import common, hierarchy, stores
-from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput
+from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput, say
 
 DEFAULT_BATCH_BYTES = 64 * 1024 * 1024
 # Keys per batch at most: with tiny values the per-key cost (a Buffer, a tuple) is what fills
@@ -206,18 +206,14 @@ async def _listing(
 
 async def _place(plan: Plan, args: argparse.Namespace) -> None:
     """Where and how the copy is written (plan.temporary, plan.clear_first); BadInput for an
-    empty source, keys a .zarrdb cannot hold, or a destination that may not be replaced."""
+    empty source, keys the destination cannot hold, or a destination that may not be replaced."""
     source, dest, src_path, dst_path = plan.source, plan.dest, plan.src_path, plan.dst_path
     if not plan.listing:
         where = f" at {common.display(src_path)!r}" if src_path else ""
         raise BadInput(
             f"{source.path}: holds nothing{where}; 'zarrdb tree {source.path}' shows what is there"
         )
-    if dest.kind == "zarrdb":
-        for key, _ in plan.listing:
-            problem = conformance.key_problem(plan.dest_key(key))
-            if problem:
-                raise BadInput(f"{source.path}: {problem}; a .zarrdb file cannot hold it")
+    _check_keys(plan)
     if not dest.exists:
         plan.temporary = stores.temporary_sibling(dest.path) if dest.local else None
         return
@@ -235,6 +231,26 @@ async def _place(plan: Plan, args: argparse.Namespace) -> None:
         raise BadInput(f"{dest.path}: keys in a zip file cannot be replaced; write a new zip file")
     else:
         plan.clear_first = True
+
+
+# What each kind of destination cannot hold: a zip file is unzipped anywhere, Windows too.
+_KEY_FLAVOURS = {"zarrdb": "store", "zip": "windows"}
+_HOLDERS = {"zarrdb": "a .zarrdb file", "zip": "a zip file", "dir": "a directory", "url": "a URL"}
+
+
+def _check_keys(plan: Plan) -> None:
+    """BadInput naming the first key the destination cannot hold safely (a '..' segment would
+    climb out of a directory or out of wherever a zip is unzipped), before anything is
+    written."""
+    local = "windows" if os.name == "nt" else "posix"
+    flavour = _KEY_FLAVOURS.get(plan.dest.kind, local)
+    for key, _ in plan.listing:
+        problem = conformance.key_problem(plan.dest_key(key), flavour)
+        if problem:
+            raise BadInput(
+                f"{plan.source.path}: {problem}; {_HOLDERS[plan.dest.kind]} cannot hold it "
+                "(nothing was written)"
+            )
 
 
 async def _occupied(dest: stores.Location, plan: Plan, args: argparse.Namespace) -> bool:
@@ -374,14 +390,13 @@ def report(plan: Plan, outcome: Outcome, args: argparse.Namespace) -> None:
         speed += " (the file, downloaded byte for byte)"
     src_at = common.display(plan.src_path) if plan.src_path else ""
     dst_at = common.display(plan.dst_path) if plan.dst_path else ""
-    print(
+    say(
         f"copied {outcome.keys:,} keys, {common.human(outcome.bytes)} in {outcome.seconds:.2f} s{speed}: "
         f"{plan.source.path}{src_at} -> {plan.dest.path}{dst_at}"
     )
-    for line in outcome.mismatches:
-        print(line)
+    say(*outcome.mismatches)
     if args.verify:
-        print(
+        say(
             f"verify: {len(outcome.mismatches):,} difference(s)"
             if outcome.mismatches
             else f"verify: all {outcome.keys:,} keys and values are identical"

@@ -123,7 +123,8 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(
-            EXIT_USAGE, f"{self.prog}: error: {one_line(message)} (see '{self.prog} --help')\n"
+            EXIT_USAGE,
+            f"{self.prog}: error: {printable(one_line(message))} (see '{self.prog} --help')\n",
         )
 
 
@@ -240,16 +241,33 @@ def one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+def printable(text: str) -> str:
+    """`text` safe to print to a terminal: every character that is not printable (C0 and C1
+    controls with ESC, CR and LF, DEL, bidirectional and other format characters, line
+    separators) written as Python writes it in a repr (\\x1b, \\n, \\u202e)."""
+    # Keys, names and messages come from files made by others: an escape sequence in them
+    # would set the terminal's title, erase the screen or plant a link, a newline forge a line.
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def say(*lines: str, file: Any = None) -> None:
+    """Print `lines` for a person to read, each made printable."""
+    for line in lines:
+        print(printable(line), file=file)
+
+
 def fail(prog: str, message: str) -> None:
     sys.stdout.flush()
-    print(f"{prog}: error: {one_line(message)}", file=sys.stderr, flush=True)
+    print(f"{prog}: error: {printable(one_line(message))}", file=sys.stderr, flush=True)
 
 
 _warned: set[str] = set()
 
 
 def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
-    text = one_line(str(message))
+    text = printable(one_line(str(message)))
     if text in _warned:
         return
     _warned.add(text)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import reprlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,22 @@ _V3_ITEMSIZE = {
     "numpy.timedelta64": 8,
 }
 _RAW_BITS = re.compile(r"^r(\d+)$")
+# Bounds on what a document may claim, so that no claim sizes an allocation or a number too
+# large to print: numpy's dimensions, int64 extents, and a depth of nesting no real hierarchy
+# approaches (deeper ones would exhaust Python's recursion in drawing or dumping the tree).
+MAX_DIMS = 64
+MAX_EXTENT = 2**63 - 1
+MAX_DEPTH = 100
+MAX_SHARD_NESTING = 16
+
+_QUOTE = reprlib.Repr()
+_QUOTE.maxstring = _QUOTE.maxother = 60
+_QUOTE.maxlevel = 3
+
+
+def quote(value: Any) -> str:
+    """A short repr of a value from a document, for messages (long or deep values cut)."""
+    return _QUOTE.repr(value)
 
 
 class MetadataError(ValueError):
@@ -86,6 +103,10 @@ def parse_json(raw: bytes, key: str) -> dict[str, Any]:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise MetadataError(f"{key} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    except RecursionError:  # json's own bound on nesting, met before any memory is spent
+        raise MetadataError(f"{key} nests JSON deeper than can be read") from None
+    except ValueError as exc:  # an integer past Python's limit on digits (sys.int_info)
+        raise MetadataError(f"{key} holds a number too large to read ({exc})") from None
     if not isinstance(doc, dict):
         raise MetadataError(f"{key} holds a JSON {type(doc).__name__}, not an object")
     return doc
@@ -103,7 +124,9 @@ class Node:
     shape: tuple[int, ...] = ()
     dtype: str = ""
     itemsize: int | None = None
-    grid: tuple[tuple[int, ...], ...] | None = None  # chunk edges per dimension (outer grid)
+    # Chunks (shards for a sharded array) along each dimension of the outer grid, counted
+    # without building the grid: a document can claim 10**18 of them.
+    grid_counts: tuple[int, ...] | None = None
     grid_chunk_shape: tuple[int, ...] | None = None  # the regular outer grid's chunk shape
     chunk_shape: tuple[int, ...] | None = None  # the chunk (inner chunk of a shard)
     shard_shape: tuple[int, ...] | None = None
@@ -126,13 +149,6 @@ class Node:
         if self.itemsize is None:
             return None
         return math.prod(self.shape) * self.itemsize
-
-    @property
-    def grid_counts(self) -> tuple[int, ...] | None:
-        """Number of chunks (shards for a sharded array) along each dimension."""
-        if self.grid is None:
-            return None
-        return tuple(len(edges) for edges in self.grid)
 
     @property
     def chunks_possible(self) -> int | None:
@@ -167,7 +183,9 @@ class Node:
         coords = []
         for part in parts:
             if not (part.isascii() and part.isdecimal()):
-                return f"not a chunk key ({part!r} is not a chunk index)"
+                return f"not a chunk key ({quote(part)} is not a chunk index)"
+            if len(part) > len(str(MAX_EXTENT)):  # int() refuses past 4,300 digits
+                return f"chunk index of {len(part):,} digits is too large for any chunk grid"
             coords.append(int(part))
         counts = self.grid_counts
         if counts is not None:
@@ -187,7 +205,11 @@ def _int_tuple(value: Any, what: str) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)) or not all(
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
     ):
-        raise MetadataError(f"{what} must be a list of non-negative integers, not {value!r}")
+        raise MetadataError(f"{what} must be a list of non-negative integers, not {quote(value)}")
+    if len(value) > MAX_DIMS:
+        raise MetadataError(f"{what} has {len(value):,} dimensions; arrays have at most {MAX_DIMS}")
+    if any(v > MAX_EXTENT for v in value):
+        raise MetadataError(f"{what} {quote(value)} exceeds 2**63 - 1 in a dimension")
     return tuple(value)
 
 
@@ -198,19 +220,23 @@ def _named(value: Any, what: str) -> tuple[str, dict[str, Any]]:
     if isinstance(value, dict) and isinstance(value.get("name"), str):
         config = value.get("configuration", {})
         if not isinstance(config, dict):
-            raise MetadataError(f"{what} configuration must be an object, not {config!r}")
+            raise MetadataError(f"{what} configuration must be an object, not {quote(config)}")
         return value["name"], config
-    raise MetadataError(f"{what} must be a name or an object with a 'name', not {value!r}")
+    raise MetadataError(f"{what} must be a name or an object with a 'name', not {quote(value)}")
 
 
 def _v3_dtype(value: Any) -> tuple[str, int | None]:
     name, config = _named(value, "data_type")
     itemsize = _V3_ITEMSIZE.get(name)
     raw = _RAW_BITS.match(name)
+    if raw and len(raw.group(1)) > 18:  # past int64 (and, at 4,300 digits, past int())
+        raise MetadataError(f"data_type {quote(name)}: more bits than any array holds")
     if raw and int(raw.group(1)) % 8 == 0:
         itemsize = int(raw.group(1)) // 8
     length = config.get("length_bytes")
     if isinstance(length, int) and not isinstance(length, bool):
+        if not 0 <= length <= MAX_EXTENT:
+            raise MetadataError(f"data_type length_bytes {quote(length)} is out of range")
         itemsize = length
     label = name
     if config:
@@ -218,48 +244,50 @@ def _v3_dtype(value: Any) -> tuple[str, int | None]:
     return label, itemsize
 
 
-def _expand_edges(spec: Any, extent: int, dim: int) -> tuple[int, ...]:
-    """Chunk edges covering `extent` for one dimension of a regular or rectilinear grid."""
+def _count_chunks(spec: Any, extent: int, dim: int) -> int:
+    """How many chunks of a regular or rectilinear grid cover `extent` in one dimension,
+    counted, never listed (a run [size, count] may claim 10**18 chunks)."""
     if isinstance(spec, int) and not isinstance(spec, bool):
         if spec <= 0:
             raise MetadataError(f"chunk size {spec} of dimension {dim} must be positive")
-        count = -(-extent // spec)
-        return (spec,) * count
+        return -(-extent // spec)
     if not isinstance(spec, list):
         raise MetadataError(f"chunk sizes of dimension {dim} must be an integer or a list")
-    edges: list[int] = []
+    count = covered = 0
     for item in spec:
         if isinstance(item, int) and not isinstance(item, bool) and item > 0:
-            edges.append(item)
+            size, repeat = item, 1
         elif (
             isinstance(item, list)
             and len(item) == 2
-            and all(isinstance(v, int) and v > 0 for v in item)
+            and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in item)
         ):
-            edges.extend([item[0]] * item[1])  # run-length encoded [size, count]
+            size, repeat = item  # run-length encoded [size, count]
         else:
-            raise MetadataError(f"bad chunk edge {item!r} in dimension {dim}")
-    covered = 0
-    for i, edge in enumerate(edges):
+            raise MetadataError(f"bad chunk edge {quote(item)} in dimension {dim}")
         if covered >= extent:
-            return tuple(edges[:i])
-        covered += edge
+            continue  # edges past the extent are not chunks of the grid
+        used = min(repeat, -(-(extent - covered) // size))
+        count += used
+        covered += used * size
     if covered < extent:
         raise MetadataError(f"the chunk edges of dimension {dim} cover {covered} < {extent}")
-    return tuple(edges)
+    return count
 
 
-def _codec_names(codecs: Any) -> tuple[list[str], tuple[int, ...] | None]:
+def _codec_names(codecs: Any, nesting: int = 0) -> tuple[list[str], tuple[int, ...] | None]:
     """Display names of a v3 codec list and the inner chunk shape of a sharding codec."""
     if not isinstance(codecs, list) or not codecs:
-        raise MetadataError(f"codecs must be a non-empty list, not {codecs!r}")
+        raise MetadataError(f"codecs must be a non-empty list, not {quote(codecs)}")
+    if nesting > MAX_SHARD_NESTING:
+        raise MetadataError(f"shards nest more than {MAX_SHARD_NESTING} levels deep")
     names: list[str] = []
     inner: tuple[int, ...] | None = None
     for codec in codecs:
         name, config = _named(codec, "codec")
         if name == "sharding_indexed":
             inner = _int_tuple(config.get("chunk_shape"), "sharding_indexed chunk_shape")
-            sub, _ = _codec_names(config.get("codecs", [{"name": "bytes"}]))
+            sub, _ = _codec_names(config.get("codecs", [{"name": "bytes"}]), nesting + 1)
             names.append(f"sharding_indexed({', '.join(sub)})")
         else:
             names.append(name)
@@ -271,7 +299,7 @@ def node_from_v3(path: str, doc: dict[str, Any]) -> Node:
     where = join(path, V3_METADATA)
     fmt = doc.get("zarr_format")
     if fmt != 3:
-        raise MetadataError(f"{where}: zarr_format is {fmt!r}, not 3")
+        raise MetadataError(f"{where}: zarr_format is {quote(fmt)}, not 3")
     node_type = doc.get("node_type")
     attrs = doc.get("attributes", {})
     if not isinstance(attrs, dict):
@@ -280,7 +308,7 @@ def node_from_v3(path: str, doc: dict[str, Any]) -> Node:
         consolidated = doc.get("consolidated_metadata") is not None
         return Node(path, "group", 3, attributes=attrs, consolidated=consolidated)
     if node_type != "array":
-        raise MetadataError(f"{where}: node_type is {node_type!r}, not 'group' or 'array'")
+        raise MetadataError(f"{where}: node_type is {quote(node_type)}, not 'group' or 'array'")
     missing = [
         name
         for name in (
@@ -299,7 +327,7 @@ def node_from_v3(path: str, doc: dict[str, Any]) -> Node:
         shape = _int_tuple(doc["shape"], "shape")
         dtype, itemsize = _v3_dtype(doc["data_type"])
         grid_name, grid_config = _named(doc["chunk_grid"], "chunk_grid")
-        grid: tuple[tuple[int, ...], ...] | None
+        grid: tuple[int, ...] | None
         grid_chunk_shape: tuple[int, ...] | None = None
         if grid_name == "regular":
             grid_chunk_shape = _int_tuple(grid_config.get("chunk_shape"), "chunk_shape")
@@ -308,21 +336,21 @@ def node_from_v3(path: str, doc: dict[str, Any]) -> Node:
                     f"chunk_shape {list(grid_chunk_shape)} does not match shape {list(shape)}"
                 )
             grid = tuple(
-                _expand_edges(c, s, d) for d, (c, s) in enumerate(zip(grid_chunk_shape, shape))
+                _count_chunks(c, s, d) for d, (c, s) in enumerate(zip(grid_chunk_shape, shape))
             )
         elif grid_name == "rectilinear":
             specs = grid_config.get("chunk_shapes")
             if not isinstance(specs, list) or len(specs) != len(shape):
                 raise MetadataError("rectilinear chunk_shapes must list one entry per dimension")
-            grid = tuple(_expand_edges(spec, s, d) for d, (spec, s) in enumerate(zip(specs, shape)))
+            grid = tuple(_count_chunks(spec, s, d) for d, (spec, s) in enumerate(zip(specs, shape)))
         else:
             grid = None  # an unknown grid: chunk keys cannot be checked against it
         enc_name, enc_config = _named(doc["chunk_key_encoding"], "chunk_key_encoding")
         if enc_name not in ("default", "v2"):
-            raise MetadataError(f"unknown chunk_key_encoding {enc_name!r}")
+            raise MetadataError(f"unknown chunk_key_encoding {quote(enc_name)}")
         separator = enc_config.get("separator", "/" if enc_name == "default" else ".")
         if separator not in ("/", "."):
-            raise MetadataError(f"chunk key separator {separator!r} is not '/' or '.'")
+            raise MetadataError(f"chunk key separator {quote(separator)} is not '/' or '.'")
         codecs, inner = _codec_names(doc["codecs"])
     except MetadataError as exc:
         raise MetadataError(f"{where}: {exc}") from None
@@ -342,7 +370,7 @@ def node_from_v2(path: str, name: str, doc: dict[str, Any], attrs: dict[str, Any
     where = join(path, name)
     fmt = doc.get("zarr_format")
     if fmt != 2:
-        raise MetadataError(f"{where}: zarr_format is {fmt!r}, not 2")
+        raise MetadataError(f"{where}: zarr_format is {quote(fmt)}, not 2")
     if name == V2_GROUP:
         return Node(path, "group", 2, attributes=attrs)
     try:
@@ -351,7 +379,7 @@ def node_from_v2(path: str, name: str, doc: dict[str, Any], attrs: dict[str, Any
         if len(chunks) != len(shape):
             raise MetadataError(f"chunks {list(chunks)} do not match shape {list(shape)}")
         dtype_spec = doc.get("dtype")
-        dtype, itemsize = str(dtype_spec), None
+        dtype, itemsize = dtype_spec if isinstance(dtype_spec, str) else quote(dtype_spec), None
         try:
             import numpy as np
 
@@ -361,18 +389,18 @@ def node_from_v2(path: str, name: str, doc: dict[str, Any], attrs: dict[str, Any
             if np_dtype.kind != "O":
                 itemsize = np_dtype.itemsize
             dtype = np_dtype.str if not isinstance(dtype_spec, list) else "structured"
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             pass
         separator = doc.get("dimension_separator") or "."
         if separator not in ("/", "."):
-            raise MetadataError(f"dimension_separator {separator!r} is not '/' or '.'")
+            raise MetadataError(f"dimension_separator {quote(separator)} is not '/' or '.'")
         codecs = []
         for filt in doc.get("filters") or []:
             codecs.append(str(filt.get("id", "?")) if isinstance(filt, dict) else "?")
         compressor = doc.get("compressor")
         if isinstance(compressor, dict):
             codecs.append(str(compressor.get("id", "?")))
-        grid = tuple(_expand_edges(c, s, d) for d, (c, s) in enumerate(zip(chunks, shape)))
+        grid = tuple(_count_chunks(c, s, d) for d, (c, s) in enumerate(zip(chunks, shape)))
     except MetadataError as exc:
         raise MetadataError(f"{where}: {exc}") from None
     return _array_node(
@@ -383,15 +411,17 @@ def node_from_v2(path: str, name: str, doc: dict[str, Any], attrs: dict[str, Any
 
 def _array_node(
     path: str, zarr_format: int, attrs: dict[str, Any], shape: tuple[int, ...],
-    dtype: tuple[str, int | None], grid: tuple[tuple[int, ...], ...] | None,
+    dtype: tuple[str, int | None], grid: tuple[int, ...] | None,
     grid_chunk_shape: tuple[int, ...] | None, codecs: list[str], encoding: tuple[str, str],
     *, chunk_shape: tuple[int, ...] | None, shard_shape: tuple[int, ...] | None = None,
 ) -> Node:  # fmt: skip
-    """An array node; `dtype` is (name, itemsize), `encoding` (chunk key encoding, separator)."""
+    """An array node; `dtype` is (name, itemsize), `grid` the chunks along each dimension,
+    `encoding` (chunk key encoding, separator)."""
     return Node(
         path, "array", zarr_format, attributes=attrs, shape=shape, dtype=dtype[0],
-        itemsize=dtype[1], grid=grid, grid_chunk_shape=grid_chunk_shape, chunk_shape=chunk_shape,
-        shard_shape=shard_shape, codecs=codecs, key_encoding=encoding[0], separator=encoding[1],
+        itemsize=dtype[1], grid_counts=grid, grid_chunk_shape=grid_chunk_shape,
+        chunk_shape=chunk_shape, shard_shape=shard_shape, codecs=codecs, key_encoding=encoding[0],
+        separator=encoding[1],
     )  # fmt: skip
 
 
@@ -431,31 +461,40 @@ async def read_node(store: Store, path: str) -> tuple[Node | None, str | None]:
 async def discover(store: Store, path: str) -> tuple[list[Node], list[str]]:
     """Every node at and below `path`, parents before children, found through list_dir (a
     group's children, never the chunks of an array) and the metadata documents alone. A sub-tree
-    without metadata that has something below it is an "implicit" node. Returns the nodes and
-    the problems met."""
+    without metadata that has something below it is an "implicit" node. Nothing deeper than
+    MAX_DEPTH levels is visited (a problem says so). Returns the nodes and the problems met."""
     found: list[Node] = []
     problems: list[str] = []
-
-    async def visit(p: str, node: Node) -> None:
-        found.append(node)
-        if node.node_type in ("array", "broken"):
-            return
-        names = sorted({name async for name in store.list_dir(p)})
-        for name in names:
-            if not name or name in METADATA_NAMES:
-                continue  # "" comes from a key breaking the key rules ('zarrdb check' says so)
-            child = join(p, name)
-            if await store.is_empty(child):
-                continue  # a key, not a sub-tree
-            child_node, problem = await read_node(store, child)
-            if problem:
-                problems.append(problem)
-            await visit(child, child_node or Node(child, "implicit", 0))
-
     root, problem = await read_node(store, path)
     if problem:
         problems.append(problem)
     if root is None and path and await store.is_empty(path):
         return [], problems
-    await visit(path, root or Node(path, "implicit", 0))
+    # Depth first, children in name order, each read just before it is visited; a stack, not
+    # recursion, since the depth is the file's to choose.
+    stack: list[tuple[str, Node | None]] = [(path, root or Node(path, "implicit", 0))]
+    while stack:
+        p, node = stack.pop()
+        if node is None:
+            node, problem = await read_node(store, p)
+            if problem:
+                problems.append(problem)
+            node = node or Node(p, "implicit", 0)
+        found.append(node)
+        if node.node_type in ("array", "broken"):
+            continue
+        children = []
+        for name in sorted({name async for name in store.list_dir(p)}):
+            if not name or name in METADATA_NAMES:
+                continue  # "" comes from a key breaking the key rules ('zarrdb check' says so)
+            child = join(p, name)
+            if not await store.is_empty(child):  # else a key, not a sub-tree
+                children.append(child)
+        if children and p.count("/") + 1 >= MAX_DEPTH:
+            problems.append(
+                f"/{p}: the hierarchy nests more than {MAX_DEPTH} levels deep here; what lies "
+                "below is not shown"
+            )
+            continue
+        stack.extend((child, None) for child in reversed(children))
     return found, problems

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from zarrdb.cli import common, hierarchy, stores
-from zarrdb.cli.framework import EXIT_OK, BadInput
+from zarrdb.cli.framework import EXIT_OK, BadInput, say
 from zarrdb.cli.hierarchy import Node
 
 # --- shared by both commands ---------------------------------------------------------------------
@@ -76,8 +76,16 @@ def _array_summary(node: Node, sizes: list[tuple[str, int]]) -> dict[str, Any]:
         "chunks_possible": node.chunks_possible,
         "stored_bytes": stored,
         "nbytes": nbytes,
-        "ratio": None if not nbytes or not stored else round(nbytes / stored, 3),
+        "ratio": _ratio(nbytes, stored),
     }
+
+
+def _ratio(nbytes: int | None, stored: int) -> float | None:
+    """Uncompressed / stored bytes; None when either is unknown or 0, or when the size a
+    document claims makes it larger than a float holds."""
+    if not nbytes or not stored or nbytes // stored > 2**1000:
+        return None
+    return round(nbytes / stored, 3)
 
 
 def _file_facts(store: Any) -> dict[str, Any]:
@@ -166,10 +174,9 @@ def _print_info(result: dict[str, Any]) -> None:
     ]
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
-        print(f"{name:<{width}}  {value}")
+        say(f"{name:<{width}}  {value}")
     for a in result["arrays"]:
-        print()
-        print(f"{a['path']}  (array, Zarr v{a['zarr_format']})")
+        say("", f"{a['path']}  (array, Zarr v{a['zarr_format']})")
         possible = "?" if a["chunks_possible"] is None else f"{a['chunks_possible']:,}"
         lines = [
             ("shape", common.shape(a["shape"])),
@@ -186,7 +193,7 @@ def _print_info(result: dict[str, Any]) -> None:
             ("ratio", "-" if a["ratio"] is None else f"{a['ratio']:.2f}"),
         ]
         for name, value in lines:
-            print(f"  {name:<14}{value}")
+            say(f"  {name:<14}{value}")
 
 
 # --- zarrdb tree -------------------------------------------------------------------------------
@@ -261,7 +268,7 @@ async def run_tree(args: argparse.Namespace) -> int:
     if args.json:
         common.emit_json(_node_json(nodes[0], children))
         return EXIT_OK
-    print("\n".join(_draw(nodes[0], children, common.display(path))))
+    say(*_draw(nodes[0], children, common.display(path)))
     _warn_problems(where, problems)
     return EXIT_OK
 

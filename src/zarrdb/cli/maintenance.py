@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from zarrdb.cli import common, hierarchy
-from zarrdb.cli.framework import EXIT_OK, BadInput
+from zarrdb.cli.framework import EXIT_OK, BadInput, say
 from zarrdb.cli.stores import closing, open_zarrdb, remove, require_local, temporary_sibling
 
 # --- zarrdb mv -----------------------------------------------------------------------------------
@@ -108,9 +108,9 @@ async def run_mv(args: argparse.Namespace) -> int:
             }
         )
     else:
-        print(f"moved {common.display(src)} to {common.display(dst)} ({moved:,} keys)")
+        say(f"moved {common.display(src)} to {common.display(dst)} ({moved:,} keys)")
         if refreshed:
-            print(f"refreshed the consolidated metadata of {', '.join(refreshed)}")
+            say(f"refreshed the consolidated metadata of {', '.join(refreshed)}")
     return EXIT_OK
 
 
