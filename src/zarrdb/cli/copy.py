@@ -272,7 +272,7 @@ async def transfer(src: Any, plan: Plan, args: argparse.Namespace, progress: Pro
     proto = default_buffer_prototype()
     outcome = Outcome()
     if plan.temporary:
-        stores.remove(plan.temporary)
+        stores.make_private(plan.temporary)
     started = time.perf_counter()
     try:
         dst = await stores.open_store(
@@ -299,7 +299,7 @@ async def transfer(src: Any, plan: Plan, args: argparse.Namespace, progress: Pro
             stores.put_in_place(plan.temporary, plan.dest.path)
     except BaseException:
         if plan.temporary:
-            stores.remove(plan.temporary)
+            stores.discard(plan.temporary)
         raise
     outcome.seconds = time.perf_counter() - started
     return outcome
@@ -309,7 +309,7 @@ def download(plan: Plan) -> Outcome:
     """The whole .zarrdb at the source URL, byte for byte, to the new file."""
     assert plan.temporary is not None
     url = plan.source.path
-    stores.remove(plan.temporary)
+    stores.make_private(plan.temporary)
     started = time.perf_counter()
     try:
         with stores.remote_errors(url):
@@ -320,7 +320,7 @@ def download(plan: Plan) -> Outcome:
             )
         stores.put_in_place(plan.temporary, plan.dest.path)
     except BaseException:
-        stores.remove(plan.temporary)
+        stores.discard(plan.temporary)
         raise
     return Outcome(
         keys=len(plan.listing), bytes=size, seconds=time.perf_counter() - started, downloaded=True

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import shutil
 import urllib.parse
 import zipfile
@@ -388,13 +389,22 @@ async def write_many(store: Store, pairs: Iterable[tuple[str, Buffer]]) -> None:
         await asyncio.gather(*(store.set(key, value) for key, value in pairs))
 
 
-# --- new files and directories, written under a temporary name ------------------------------
+# --- new files and directories, built in a private folder -------------------------------------
 
 
 def temporary_sibling(location: str) -> str:
-    """A hidden name beside `location` for a store being written."""
+    """Where a new store for `location` is built: a path inside a private folder beside it,
+    which `make_private` creates. The folder's name is random, so none can be planted at it
+    in advance."""
     head, tail = os.path.split(os.path.abspath(location))
-    return os.path.join(head, f".{tail}.partial-{os.getpid()}")
+    return os.path.join(head, f".{tail}.partial-{secrets.token_hex(8)}", tail)
+
+
+def make_private(temporary: str) -> None:
+    """Create the folder that holds `temporary`, for this user only (mode 0700), exclusively:
+    FileExistsError if anything is there already (nothing found in place is ever reused), and
+    no one else can put a file or a journal inside it meanwhile."""
+    os.mkdir(os.path.dirname(temporary), 0o700)
 
 
 def remove(path: str) -> None:
@@ -409,12 +419,30 @@ def remove(path: str) -> None:
             os.remove(path + suffix)
 
 
+@contextlib.contextmanager
+def building(temporary: str) -> Iterator[None]:
+    """The private folder of `temporary` made for the block, and removed with what it holds if
+    the block fails (one made by someone else is never removed: make_private fails first)."""
+    make_private(temporary)
+    try:
+        yield
+    except BaseException:
+        discard(temporary)
+        raise
+
+
+def discard(temporary: str) -> None:
+    """Remove the private folder of `temporary`, with the store and journals built in it."""
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(os.path.dirname(temporary))
+
+
 def put_in_place(temporary: str, location: str) -> None:
-    """Rename the finished copy to `location`, replacing what is there."""
+    """Rename the finished store to `location`, replacing what is there, and remove its
+    private folder."""
     if os.path.isdir(temporary) and os.path.isdir(location):
-        old = temporary_sibling(location) + ".old"
-        os.rename(location, old)
-        os.rename(temporary, location)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(temporary, location)
+        # Directories cannot replace each other: the old one goes into the private folder.
+        os.rename(location, os.path.join(os.path.dirname(temporary), "replaced"))
+    os.replace(temporary, location)
+    shutil.rmtree(os.path.dirname(temporary), ignore_errors=True)  # the copy is in place
+
