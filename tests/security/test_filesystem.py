@@ -1,5 +1,5 @@
 """The local file system as a hostile party sees it: a file planted at the name of a
-temporary file.
+temporary file, permissions widened by a copy.
 
 Commands run in a child Python process (the real `zarrdb` main()) with the umask set
 explicitly; a racer that plants a file is made deterministic by planting it from an audit hook
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from cli.helpers import assert_ok, fingerprint, sqlite_rows
-from format.builders import make_store_file
+from format.builders import hand_written_entries, make_store_file
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX links and modes")
 
@@ -53,11 +54,22 @@ def run_child(
     )
 
 
+def mode(path: Path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
 def store_file(path: Path, file_mode: int = 0o644) -> Path:
     make_store_file(path)
     os.chmod(path, file_mode)
     return path
 
+
+def store_dir(root: Path) -> Path:
+    """The hand-written hierarchy as a directory store."""
+    for key, value in hand_written_entries().items():
+        (root / key).parent.mkdir(parents=True, exist_ok=True)
+        (root / key).write_bytes(value)
+    return root
 
 
 # --- 10: a predictable temporary name ---------------------------------------------------------
@@ -102,3 +114,45 @@ def test_a_file_planted_at_the_temporary_name_is_never_used(tmp_path, command):
     left = [p for p in out_dir.iterdir() if p != dest]
     assert len(left) == 1 and left[0].name.startswith(".copy.zarrdb.partial-")
     assert fingerprint(left[0]) == fingerprint(hostile)  # untouched
+
+
+# --- 12: permissions --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".zarrdb", ".zip", ".zarr"])
+def test_a_new_copy_is_no_more_open_than_its_source(tmp_path, suffix):
+    """A 0600 source gives a 0600 file (0700 directory) under umask 022, as `cp` does; a 0644
+    source under umask 077 still gives 0600 (0700)."""
+    private = store_file(tmp_path / "private.zarrdb", 0o600)
+    out = tmp_path / f"copy{suffix}"
+    assert_ok(run_child("copy", private, out, umask=0o022))
+    assert mode(out) == (0o700 if suffix == ".zarr" else 0o600)
+    public = store_file(tmp_path / "public.zarrdb", 0o644)
+    again = tmp_path / f"again{suffix}"
+    assert_ok(run_child("copy", public, again, umask=0o077))
+    assert mode(again) == (0o700 if suffix == ".zarr" else 0o600)
+
+
+def test_copy_overwrite_keeps_the_mode_of_what_it_replaces(tmp_path):
+    """--overwrite of a 0600 file and of a 0700 directory from 0644 sources: 0600 and 0700."""
+    source = store_file(tmp_path / "src.zarrdb", 0o644)
+    target = store_file(tmp_path / "target.zarrdb", 0o600)
+    assert_ok(run_child("copy", source, target, "--overwrite"))
+    assert mode(target) == 0o600
+    folder = store_dir(tmp_path / "target.zarr")
+    folder.chmod(0o700)
+    assert_ok(run_child("copy", source, folder, "--overwrite"))
+    assert mode(folder) == 0o700
+    assert (folder / "a/c/1").read_bytes() == hand_written_entries()["a/c/1"]
+
+
+def test_snapshot_keeps_a_private_file_private(tmp_path):
+    """snapshot of a 0600 file gives 0600; --overwrite of a 0600 file from a 0644 one keeps 0600."""
+    private = store_file(tmp_path / "private.zarrdb", 0o600)
+    snap = tmp_path / "snap.zarrdb"
+    assert_ok(run_child("snapshot", private, snap))
+    assert mode(snap) == 0o600
+    public = store_file(tmp_path / "public.zarrdb", 0o644)
+    assert_ok(run_child("snapshot", public, snap, "--overwrite"))
+    assert mode(snap) == 0o600
+    assert sqlite_rows(snap) == sqlite_rows(public)

@@ -296,13 +296,18 @@ async def transfer(src: Any, plan: Plan, args: argparse.Namespace, progress: Pro
                 outcome.batches += 1
                 progress.advance(task, len(keys), nbytes)
         if plan.temporary:
-            stores.put_in_place(plan.temporary, plan.dest.path)
+            stores.put_in_place(plan.temporary, plan.dest.path, local_source(plan))
     except BaseException:
         if plan.temporary:
             stores.discard(plan.temporary)
         raise
     outcome.seconds = time.perf_counter() - started
     return outcome
+
+
+def local_source(plan: Plan) -> str | None:
+    """The source's local file or directory, whose permissions a new copy does not exceed."""
+    return plan.source.path if plan.source.local else None
 
 
 def download(plan: Plan) -> Outcome:

@@ -161,7 +161,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
         store.backup(temporary)
         with closing(open_zarrdb(temporary, busy_timeout=args.busy_timeout)) as copy:
             facts = copy.file_info()
-        put_in_place(temporary, dest)
+        put_in_place(temporary, dest, None if "://" in args.file else args.file)
     elapsed = time.perf_counter() - started
     size = os.path.getsize(dest)
     if args.json:

@@ -15,6 +15,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import stat
 import urllib.parse
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -437,12 +438,31 @@ def discard(temporary: str) -> None:
         shutil.rmtree(os.path.dirname(temporary))
 
 
-def put_in_place(temporary: str, location: str) -> None:
+def put_in_place(temporary: str, location: str, source: str | None = None) -> None:
     """Rename the finished store to `location`, replacing what is there, and remove its
-    private folder."""
+    private folder. It takes the permissions of what it replaces; a new one is no more open
+    than the local file or directory `source` (see `narrowed_mode`)."""
+    os.chmod(temporary, narrowed_mode(temporary, location, source))
     if os.path.isdir(temporary) and os.path.isdir(location):
         # Directories cannot replace each other: the old one goes into the private folder.
         os.rename(location, os.path.join(os.path.dirname(temporary), "replaced"))
     os.replace(temporary, location)
     shutil.rmtree(os.path.dirname(temporary), ignore_errors=True)  # the copy is in place
 
+
+def narrowed_mode(temporary: str, location: str, source: str | None) -> int:
+    """The permissions for the store at `temporary` once it is `location`: those of the file or
+    directory it replaces; else its own (the umask's) less what `source` denies, as `cp`
+    gives a copy (a directory made from a file can be entered by whoever may read the file)."""
+    with contextlib.suppress(FileNotFoundError):
+        return stat.S_IMODE(os.stat(location).st_mode) & 0o777
+    own = stat.S_IMODE(os.stat(temporary).st_mode)
+    if source is None:
+        return own
+    try:
+        allowed = stat.S_IMODE(os.stat(source).st_mode) & 0o777
+    except OSError:
+        return own
+    if os.path.isdir(temporary):
+        allowed |= (allowed & 0o444) >> 2
+    return own & allowed
