@@ -1,5 +1,6 @@
-"""The local file system as a hostile party sees it: a file planted at the name of a
-temporary file, permissions widened by a copy.
+"""The local file system as a hostile party sees it: symbolic links planted in a source or a
+destination directory, a file planted at the name of a temporary file, permissions widened by a
+copy.
 
 Commands run in a child Python process (the real `zarrdb` main()) with the umask set
 explicitly; a racer that plants a file is made deterministic by planting it from an audit hook
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.helpers import assert_ok, fingerprint, sqlite_rows
+from cli.helpers import assert_bad_input, assert_ok, fingerprint, run, sqlite_rows
 from format.builders import hand_written_entries, make_store_file
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX links and modes")
@@ -70,6 +71,58 @@ def store_dir(root: Path) -> Path:
         (root / key).parent.mkdir(parents=True, exist_ok=True)
         (root / key).write_bytes(value)
     return root
+
+
+def leftovers(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if "partial" in p.name]
+
+
+# --- 9: symbolic links ------------------------------------------------------------------------
+
+
+def test_copy_refuses_a_source_link_to_a_file_outside(tmp_path):
+    """A chunk file of a directory source linked to a secret outside it: the copy stops (exit
+    2, naming the entry) and the secret is in no copy; a link inside the source is followed."""
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(b"the user's private key")
+    source = store_dir(tmp_path / "src.zarr")
+    (source / "a/c/1").unlink()
+    (source / "a/c/1").symlink_to(secret)
+    out = tmp_path / "out.zarrdb"
+    line = assert_bad_input(run("copy", source, out), "'a/c/1'", "outside")
+    assert "symbolic link" in line
+    assert not out.exists() and leftovers(tmp_path) == []
+
+    (source / "a/c/1").unlink()
+    (source / "a/c/1").symlink_to("0")  # a link that stays inside the source
+    assert_ok(run("copy", source, out))
+    assert dict(sqlite_rows(out))["a/c/1"] == hand_written_entries()["a/c/0"]
+
+
+def test_copy_refuses_a_source_path_through_a_linked_folder(tmp_path):
+    """--path naming a folder that is a link to another directory: refused, nothing copied."""
+    elsewhere = store_dir(tmp_path / "elsewhere")
+    source = store_dir(tmp_path / "src.zarr")
+    (source / "b").symlink_to(elsewhere / "a", target_is_directory=True)
+    out = tmp_path / "out.zarrdb"
+    assert_bad_input(run("copy", source, out, "--path", "b"), "'b/", "outside")
+    assert not out.exists()
+
+
+def test_copy_does_not_write_through_a_planted_folder_link(tmp_path):
+    """An existing destination directory holding a link `g` to a folder outside it: a copy to
+    --dest-path g is refused before anything is written, and the target stays empty."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    dest = tmp_path / "out"
+    dest.mkdir()
+    (dest / "zarr.json").write_bytes(hand_written_entries()["zarr.json"])
+    (dest / "g").symlink_to(victim, target_is_directory=True)
+    source = store_file(tmp_path / "src.zarrdb")
+    line = assert_bad_input(run("copy", source, dest, "--dest-path", "g"), "'g/", "outside")
+    assert "symbolic link" in line
+    assert list(victim.iterdir()) == []
+    assert sorted(p.name for p in dest.iterdir()) == ["g", "zarr.json"]
 
 
 # --- 10: a predictable temporary name ---------------------------------------------------------

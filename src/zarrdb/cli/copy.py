@@ -187,6 +187,10 @@ async def make_plan(
     await _place(plan, args)
     if not sizes and not whole_file(plan):
         plan.listing = await _listing(src, source, src_path, True)
+    if source.kind == "dir":
+        stores.require_inside(source, (key for key, _ in plan.listing), "source")
+    if dest.kind == "dir" and dest.exists and not plan.temporary:
+        stores.require_inside(dest, (plan.dest_key(k) for k, _ in plan.listing), "destination")
     return plan
 
 

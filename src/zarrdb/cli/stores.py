@@ -390,6 +390,55 @@ async def write_many(store: Store, pairs: Iterable[tuple[str, Buffer]]) -> None:
         await asyncio.gather(*(store.set(key, value) for key, value in pairs))
 
 
+def require_inside(where: Location, keys: Iterable[str], role: str) -> None:
+    """BadInput if, in the directory store `where`, a symbolic link leads the file of one of
+    `keys` outside the directory (`role`: "source", whose values would be read from it, or
+    "destination", which would be written through it)."""
+    found = _outside(where.path, keys)
+    if found is None:
+        return
+    key, target = found
+    if role == "source":
+        what = "refusing to read it (copy the file into the source instead of linking to it)"
+    else:
+        what = "refusing to write through it (remove the link, or choose another destination)"
+    raise BadInput(
+        f"{where.path}: {key!r} leads through a symbolic link to {target}, outside the {role}; "
+        + what
+    )
+
+
+def _outside(root: str, keys: Iterable[str]) -> tuple[str, str] | None:
+    """The first key whose file under `root`, links followed, is not inside `root`, and where
+    it leads; None if there is none. Each folder is resolved and listed once (its links
+    found by scandir, without a stat per file): the check costs little beside a copy."""
+    base = os.path.realpath(root)
+    inside = base if base.endswith(os.sep) else base + os.sep
+    folders: dict[str, tuple[str, set[str]]] = {}
+    for key in keys:
+        folder, _, name = key.rpartition("/")
+        known = folders.get(folder)
+        if known is None:
+            known = folders[folder] = _resolved_folder(base, folder)
+        resolved, links = known
+        path = os.path.join(resolved, name)
+        if name in links or name in ("", ".", ".."):
+            path = os.path.realpath(path)
+        if path != base and not path.startswith(inside):
+            return key, path
+    return None
+
+
+def _resolved_folder(base: str, folder: str) -> tuple[str, set[str]]:
+    """The real path of `folder` under `base`, and the names of the links it holds."""
+    resolved = os.path.realpath(os.path.join(base, folder))
+    try:
+        with os.scandir(resolved) as entries:
+            return resolved, {entry.name for entry in entries if entry.is_symlink()}
+    except (FileNotFoundError, NotADirectoryError):
+        return resolved, set()
+
+
 # --- new files and directories, built in a private folder -------------------------------------
 
 
