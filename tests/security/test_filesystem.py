@@ -1,6 +1,6 @@
 """The local file system as a hostile party sees it: symbolic links planted in a source or a
 destination directory, a file planted at the name of a temporary file, permissions widened by a
-copy.
+copy, and a `-journal` file left beside a .zarrdb.
 
 Commands run in a child Python process (the real `zarrdb` main()) with the umask set
 explicitly; a racer that plants a file is made deterministic by planting it from an audit hook
@@ -20,6 +20,7 @@ import pytest
 
 from cli.helpers import assert_bad_input, assert_ok, fingerprint, run, sqlite_rows
 from format.builders import hand_written_entries, make_store_file
+from zarrdb import SQLiteStore, errors
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX links and modes")
 
@@ -209,3 +210,46 @@ def test_snapshot_keeps_a_private_file_private(tmp_path):
     assert_ok(run_child("snapshot", public, snap, "--overwrite"))
     assert mode(snap) == 0o600
     assert sqlite_rows(snap) == sqlite_rows(public)
+
+
+# --- a hot journal ------------------------------------------------------------------------------
+
+# Leaves `path` with a hot journal: a transaction that spilled pages into the file, then a
+# process that ended without committing or rolling back.
+INTERRUPTED_WRITER = r"""
+import os, sqlite3, sys
+con = sqlite3.connect(sys.argv[1], isolation_level=None)
+con.execute("PRAGMA cache_size = 2")
+con.execute("BEGIN")
+for i in range(200):
+    con.execute("INSERT INTO zarr(k, v) VALUES (?, ?)", (f"x/c/{i}", os.urandom(3000)))
+os._exit(0)
+"""
+
+
+@pytest.fixture
+def hot_journal_file(tmp_path) -> Path:
+    path = store_file(tmp_path / "crashed.zarrdb")
+    subprocess.run([sys.executable, "-c", INTERRUPTED_WRITER, path], check=True, timeout=60)
+    assert Path(f"{path}-journal").stat().st_size > 0
+    return path
+
+
+@pytest.mark.parametrize("command", ["info", "tree", "check"])
+def test_a_hot_journal_is_named_not_called_permission_denied(hot_journal_file, command):
+    """Read-only commands on a file with a hot journal say what it is and what to do, in one
+    line, and leave the file and the journal as they were."""
+    before = fingerprint(hot_journal_file)
+    line = assert_bad_input(run(command, hot_journal_file), f"{hot_journal_file}-journal")
+    assert "permission denied" not in line
+    assert "interrupted" in line and "remove" in line
+    assert fingerprint(hot_journal_file) == before
+
+
+def test_a_hot_journal_error_from_the_store_names_the_journal(hot_journal_file):
+    """The library's own error (ReadOnlyError, as before) says which file and why."""
+    store = SQLiteStore(hot_journal_file, read_only=True)
+    with pytest.raises(errors.ReadOnlyError, match="-journal") as raised:
+        store.ensure_open()
+    store.close()
+    assert "interrupted" in str(raised.value)

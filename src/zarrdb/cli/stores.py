@@ -148,10 +148,26 @@ def ensure_open(store: SQLiteStore, path: str, *, checking: bool = False) -> Non
             f"{store.options['busy_timeout']:g} s); retry when it is done, or wait longer with "
             "--busy-timeout SECONDS"
         ) from None
-    except (errors.ReadOnlyError, PermissionError):
+    except errors.ReadOnlyError as exc:
+        if exc.extended_code == errors.SQLITE_READONLY_ROLLBACK:
+            raise BadInput(hot_journal(path)) from None
         raise BadInput(
             f"{path}: permission denied (check the permissions of the file and its folder)"
         ) from None
+    except PermissionError:
+        raise BadInput(
+            f"{path}: permission denied (check the permissions of the file and its folder)"
+        ) from None
+
+
+def hot_journal(path: str) -> str:
+    """What a read-only command says of a file left with a hot journal."""
+    return (
+        f"{path}: cannot be read: {path}-journal holds a transaction interrupted by a crash, "
+        "which only a writer can roll back. If the journal belongs to this file, open it once "
+        f"for writing (python -c \"import zarrdb; zarrdb.SQLiteStore({path!r}).ensure_open()\"); "
+        "if you did not expect it (someone else may have put it there), remove it"
+    )
 
 
 # --- .zarrdb files at a URL (read-only) ---------------------------------------------------------
