@@ -1,6 +1,6 @@
 """The connections of one store in one process.
 
-- Opening: a missing file is created atomically (built under a temporary name beside it and
+- Opening: a missing file is created atomically (built in a private folder beside it and
   linked into place, so a crash leaves no file or a whole empty SQLiteStore file); an existing
   one is checked against the SQLiteStore 1.0 rules.
 - Reads: each thread gets its own read connection, opened lazily; when a thread ends, its
@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
+import shutil
 import signal
+import tempfile
 import threading
 import time
 import warnings
@@ -432,12 +433,15 @@ def _initialise(db: Database, opts: dict[str, Any], path: str) -> None:
 
 
 def _create(path: str, opts: dict[str, Any]) -> None:
-    """Create an empty SQLiteStore file at `path` atomically: it is built and synced under a
-    temporary name in the same directory, then linked to `path` (which fails if another process
+    """Create an empty SQLiteStore file at `path` atomically: it is built and synced in a new
+    private folder in the same directory, then linked to `path` (which fails if another process
     created it meanwhile: then that file is used). A crash leaves no file at `path`, or a whole
-    one; at worst a hidden temporary file beside it."""
+    one; at worst a hidden folder beside it."""
     directory, name = os.path.split(path)
-    temporary = os.path.join(directory, f".{name}.creating-{os.getpid()}-{secrets.token_hex(4)}")
+    # A folder only this user can enter, made exclusively under a random name: no file or
+    # -journal that someone else planted at the temporary name can be opened as ours.
+    folder = tempfile.mkdtemp(prefix=f".{name}.creating-", dir=directory or os.curdir)
+    temporary = os.path.join(folder, name)
     try:
         db = Database(temporary, mode="c", busy_timeout=opts["busy_timeout"], synchronous="full")
         try:
@@ -456,9 +460,7 @@ def _create(path: str, opts: dict[str, Any]) -> None:
             os.rename(temporary, path)
         _sync_directory(directory)
     finally:
-        for leftover in (temporary, temporary + "-journal"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(leftover)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _sync_directory(directory: str) -> None:

@@ -150,8 +150,12 @@ def check_file(path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> Re
 
 
 def _raise_unusable(path: str, exc: sqlite3.DatabaseError, busy_timeout: float) -> None:
-    """Raise what makes checking impossible (a lock, not a database); return on damage."""
-    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    """Raise what makes checking impossible (a lock, not a database, a hot journal that a
+    read-only connection cannot roll back); return on damage."""
+    extended = getattr(exc, "sqlite_errorcode", 0)
+    if extended == errors.SQLITE_READONLY_ROLLBACK:
+        raise errors.sqlite_error(extended, extended, str(exc), filename=path) from None
+    code = extended & 0xFF
     locked = (errors.DatabaseLockedError, f"the database is locked (waited {busy_timeout:g} s)")
     unusable = {
         _SQLITE_BUSY: locked,

@@ -201,6 +201,8 @@ SQLITE_NOLFS = 22
 SQLITE_AUTH = 23
 SQLITE_RANGE = 25
 SQLITE_NOTADB = 26
+# Extended result codes with advice of their own.
+SQLITE_READONLY_ROLLBACK = SQLITE_READONLY | (3 << 8)
 
 # Primary result code -> exception class. SQLITE_ERROR and anything unlisted map to
 # SQLiteError itself.
@@ -233,6 +235,17 @@ _ADVICE: dict[int, str] = {
     SQLITE_CANTOPEN: "check that the path exists, is a file, and can be read",
     SQLITE_TOOBIG: "values in a SQLiteStore file are limited to 2,147,483,645 bytes; use smaller chunks",
     SQLITE_NOTADB: "is this a .zarrdb file?",
+}
+
+# What the user can do about it, by extended code, before the primary code's advice; "{journal}"
+# stands for the file's journal.
+_ADVICE_EXTENDED: dict[int, str] = {
+    # A hot journal: a writer stopped in a transaction (a crash, a kill) and left the pages it
+    # changed in {journal}; the file is not readable until they are put back. A journal can
+    # also be planted beside someone's file, and a writer would copy its pages into the file.
+    SQLITE_READONLY_ROLLBACK: "{journal} holds a transaction interrupted by a crash, which only "
+    "a writer can roll back: if the journal belongs to this file, open the store for writing "
+    "once; if you did not expect it (someone else may have put it there), remove it",
 }
 
 
@@ -270,9 +283,10 @@ def sqlite_error(
     where = repr(filename) if filename else ""
     head = f"{context} {where}".strip()
     message = f"{head}: {sqlite_message}" if head else sqlite_message
-    advice = _ADVICE.get(primary)
+    advice = _ADVICE_EXTENDED.get(extended_code) or _ADVICE.get(primary)
     if advice:
-        message = f"{message} ({advice})"
+        journal = f"{filename}-journal" if filename else "the -journal file beside it"
+        message = f"{message} ({advice.replace('{journal}', journal)})"
     return cls(
         message,
         code=primary,

@@ -24,6 +24,7 @@ from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput, one_line, say
 from zarrdb.cli.hierarchy import MetadataError, Node
 from zarrdb.cli.stores import (
     closing,
+    hot_journal,
     open_zarrdb,
     remote_errors,
     remote_options,
@@ -174,6 +175,8 @@ async def full_check(
             " retry when it is done, or wait longer with --busy-timeout SECONDS"
         ) from None
     except errors.ZarrDBError as exc:
+        if getattr(exc, "extended_code", None) == errors.SQLITE_READONLY_ROLLBACK:
+            raise BadInput(named(hot_journal(path))) from None
         raise BadInput(named(str(exc))) from None
     for finding in report.findings:
         found.add(finding.level, finding.kind, named(finding.message))

@@ -187,6 +187,10 @@ async def make_plan(
     await _place(plan, args)
     if not sizes and not whole_file(plan):
         plan.listing = await _listing(src, source, src_path, True)
+    if source.kind == "dir":
+        stores.require_inside(source, (key for key, _ in plan.listing), "source")
+    if dest.kind == "dir" and dest.exists and not plan.temporary:
+        stores.require_inside(dest, (plan.dest_key(k) for k, _ in plan.listing), "destination")
     return plan
 
 
@@ -288,7 +292,7 @@ async def transfer(src: Any, plan: Plan, args: argparse.Namespace, progress: Pro
     proto = default_buffer_prototype()
     outcome = Outcome()
     if plan.temporary:
-        stores.remove(plan.temporary)
+        stores.make_private(plan.temporary)
     started = time.perf_counter()
     try:
         dst = await stores.open_store(
@@ -312,20 +316,25 @@ async def transfer(src: Any, plan: Plan, args: argparse.Namespace, progress: Pro
                 outcome.batches += 1
                 progress.advance(task, len(keys), nbytes)
         if plan.temporary:
-            stores.put_in_place(plan.temporary, plan.dest.path)
+            stores.put_in_place(plan.temporary, plan.dest.path, local_source(plan))
     except BaseException:
         if plan.temporary:
-            stores.remove(plan.temporary)
+            stores.discard(plan.temporary)
         raise
     outcome.seconds = time.perf_counter() - started
     return outcome
+
+
+def local_source(plan: Plan) -> str | None:
+    """The source's local file or directory, whose permissions a new copy does not exceed."""
+    return plan.source.path if plan.source.local else None
 
 
 def download(plan: Plan) -> Outcome:
     """The whole .zarrdb at the source URL, byte for byte, to the new file."""
     assert plan.temporary is not None
     url = plan.source.path
-    stores.remove(plan.temporary)
+    stores.make_private(plan.temporary)
     started = time.perf_counter()
     try:
         with stores.remote_errors(url):
@@ -336,7 +345,7 @@ def download(plan: Plan) -> Outcome:
             )
         stores.put_in_place(plan.temporary, plan.dest.path)
     except BaseException:
-        stores.remove(plan.temporary)
+        stores.discard(plan.temporary)
         raise
     return Outcome(
         keys=len(plan.listing), bytes=size, seconds=time.perf_counter() - started, downloaded=True

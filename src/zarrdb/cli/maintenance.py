@@ -12,7 +12,14 @@ from typing import Any
 
 from zarrdb.cli import common, hierarchy
 from zarrdb.cli.framework import EXIT_OK, BadInput, say
-from zarrdb.cli.stores import closing, open_zarrdb, remove, require_local, temporary_sibling
+from zarrdb.cli.stores import (
+    building,
+    closing,
+    open_zarrdb,
+    put_in_place,
+    require_local,
+    temporary_sibling,
+)
 
 # --- zarrdb mv -----------------------------------------------------------------------------------
 
@@ -149,17 +156,12 @@ def run_snapshot(args: argparse.Namespace) -> int:
         raise BadInput(f"{dest}: is the file itself; choose another name")
     store = open_zarrdb(args.file, busy_timeout=args.busy_timeout, storage_options=options)
     temporary = temporary_sibling(dest)
-    remove(temporary)
     started = time.perf_counter()
-    try:
-        with closing(store):
-            store.backup(temporary)
+    with closing(store), building(temporary):
+        store.backup(temporary)
         with closing(open_zarrdb(temporary, busy_timeout=args.busy_timeout)) as copy:
             facts = copy.file_info()
-        os.replace(temporary, dest)
-    except BaseException:
-        remove(temporary)
-        raise
+        put_in_place(temporary, dest, None if "://" in args.file else args.file)
     elapsed = time.perf_counter() - started
     size = os.path.getsize(dest)
     if args.json:
