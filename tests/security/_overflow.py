@@ -7,6 +7,7 @@ library's sqlite3, then by editing pages with reliability/sqlite_pages.py), and 
   yields as many bytes as the value claims (a decompression bomb).
 - `short_chain_file`: one chunk declared 1.5 GB long over a chain of two pages that ends: SQLite
   finds the end of the chain early.
+- `misplaced_cell_file`: a row whose cell lies where no cell may (SQLite's cell_size_check).
 """
 
 from __future__ import annotations
@@ -81,6 +82,18 @@ def short_chain_file(path: Path) -> Path:
     first = next(i for i, cell in enumerate(cells) if cell.overflow)
     cells[first] = sqlite_pages.claim_blob(bytes(data), cells[first], SHORT_CLAIM, cells[first].overflow)
     sqlite_pages.write_table_leaf(data, root, cells)
+    path.write_bytes(bytes(data))
+    return path
+
+
+def misplaced_cell_file(path: Path) -> Path:
+    """The first row's cell pointer aims at the start of its page (into the page header, before
+    the cells may start): read as it stands, the header's bytes make a row of rowid 0 and no
+    key, and the key index's "zarr.json" finds no row."""
+    sound_file(path)
+    data = bytearray(path.read_bytes())
+    start = (_zarr_root(path) - 1) * 1024
+    data[start + 8 : start + 10] = (0).to_bytes(2, "big")
     path.write_bytes(bytes(data))
     return path
 

@@ -23,6 +23,7 @@ from cli.helpers import assert_ok, run
 from security._overflow import (
     CLAIM,
     bomb_file,
+    misplaced_cell_file,
     run_measured,
     short_chain_file,
     tree_bytes,
@@ -190,3 +191,23 @@ def test_sound_files_near_the_bound_read_as_before(tmp_path):
             reader.close()
     assert_ok(run("copy", path, tmp_path / "copy.zarrdb"))
 
+
+def test_every_connection_checks_the_cells_of_each_page(tmp_path):
+    """SQLite's cell_size_check is on for every connection zarrdb opens: a page whose cell
+    lies where no cell may is refused when it is loaded, instead of being read as a row."""
+    from zarrdb._core import Database
+
+    path = misplaced_cell_file(tmp_path / "cell.zarrdb")
+    with SQLiteStore(path, read_only=True) as store:
+        # A scan of the table (a lookup through the key index notices the missing row anyway):
+        # read unchecked, the header's row has no key and no value, and the sum leaves out
+        # "zarr.json" without a word.
+        with pytest.raises(DatabaseCorruptError):
+            asyncio.run(store.getsize_prefix(""))
+    db = Database(tmp_path / "new.zarrdb")
+    try:
+        assert db.pragma("cell_size_check") == 1
+    finally:
+        db.close()
+    out = run_measured("check", "--quick", path)
+    assert out.returncode == 1 and "damaged:" in out.stdout, (out.stdout, out.stderr)
