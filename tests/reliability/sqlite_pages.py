@@ -392,13 +392,14 @@ def claim_blob(data: bytes, cell: Cell, size: int, first_overflow: int) -> Cell:
     return Cell(cell.rowid, total, body, first_overflow)
 
 
-def make_overflow_bomb(data: bytes, table_root: int, size: int, keys: int | None = None) -> bytes:
-    """A copy of the file in which the overflow chain of the first value of the table whose
-    root (a leaf) is `table_root` loops back to its start, and the values of up to `keys` rows
-    that have an overflow chain (all by default) each claim `size` bytes of that same chain: a
-    few KB that read as `keys` values of `size` bytes."""
+def make_overflow_bomb(data: bytes, leaf: int, size: int, keys: int | None = None) -> bytes:
+    """A copy of the file in which the overflow chain of the first value on the table leaf page
+    `leaf` (the root of a small table) loops back to its start, and the values of up to `keys`
+    rows of that page that have an overflow chain (all by default) each claim `size` bytes of
+    that same chain: a few KB that read as `keys` values of `size` bytes. ValueError if no
+    value there has a chain, or the rewritten cells do not fit on the page."""
     out = bytearray(data)
-    cells = table_leaf_cells(data, table_root)
+    cells = table_leaf_cells(data, leaf)
     chained = [i for i, cell in enumerate(cells) if cell.overflow]
     if not chained:
         raise ValueError("no value of the table has an overflow chain")
@@ -408,5 +409,5 @@ def make_overflow_bomb(data: bytes, table_root: int, size: int, keys: int | None
     out[last : last + 4] = chain[0].to_bytes(4, "big")
     for i in chained[: keys if keys is not None else len(chained)]:
         cells[i] = claim_blob(data, cells[i], size, chain[0])
-    write_table_leaf(out, table_root, cells)
+    write_table_leaf(out, leaf, cells)
     return bytes(out)
