@@ -26,6 +26,7 @@ from security._overflow import (
     misplaced_cell_file,
     run_measured,
     short_chain_file,
+    sound_file,
     tree_bytes,
 )
 from zarrdb import SQLiteStore
@@ -192,22 +193,22 @@ def test_sound_files_near_the_bound_read_as_before(tmp_path):
     assert_ok(run("copy", path, tmp_path / "copy.zarrdb"))
 
 
-def test_every_connection_checks_the_cells_of_each_page(tmp_path):
-    """SQLite's cell_size_check is on for every connection zarrdb opens: a page whose cell
-    lies where no cell may is refused when it is loaded, instead of being read as a row."""
-    from zarrdb._core import Database
-
+def test_files_from_others_are_read_with_each_page_checked(tmp_path, http):
+    """SQLite's cell_size_check is on where files from others are read (the command line,
+    remote files, check_pages=True): a page whose cell lies where no cell may is refused when
+    it is loaded, instead of being read as a row without key or value."""
     path = misplaced_cell_file(tmp_path / "cell.zarrdb")
-    with SQLiteStore(path, read_only=True) as store:
+    with SQLiteStore(path, read_only=True, check_pages=True) as store:
         # A scan of the table (a lookup through the key index notices the missing row anyway):
-        # read unchecked, the header's row has no key and no value, and the sum leaves out
-        # "zarr.json" without a word.
+        # read unchecked, the sum of the sizes leaves out "zarr.json" without a word.
         with pytest.raises(DatabaseCorruptError):
             asyncio.run(store.getsize_prefix(""))
-    db = Database(tmp_path / "new.zarrdb")
-    try:
-        assert db.pragma("cell_size_check") == 1
-    finally:
-        db.close()
+    out = run_measured("info", path)
+    assert out.returncode == 2 and "damaged" in out.stderr, (out.stdout, out.stderr)
+    assert out.stdout == ""
     out = run_measured("check", "--quick", path)
     assert out.returncode == 1 and "damaged:" in out.stdout, (out.stdout, out.stderr)
+    http.put("files/sound.zarrdb", sound_file(tmp_path / "sound.zarrdb").read_bytes())
+    url = f"{http.url}files/sound.zarrdb"
+    with SQLiteStore(url, read_only=True, storage_options={"allow_http": True}) as store:
+        assert store._connections().reader().pragma("cell_size_check") == 1
