@@ -153,6 +153,7 @@ class Connections:
             busy_timeout=opts["busy_timeout"],
             cache_size=opts["cache_size"],
             synchronous=_synchronous(opts["durability"], opts["journal"]),
+            cell_size_check=opts["check_pages"],
         )
         try:
             facts = _format.read_facts(db)
@@ -232,6 +233,7 @@ class Connections:
             busy_timeout=opts["busy_timeout"],
             cache_size=opts["cache_size"],
             mmap_size=opts["mmap_size"],
+            cell_size_check=opts["check_pages"],
         )
 
     def _lease(self, db: Database) -> None:

@@ -47,11 +47,14 @@ class Database:
         journal_mode: Literal["delete", "truncate", "persist", "memory", "wal", "off"]
         | None = None,
         vfs: str | None = None,
+        cell_size_check: bool = False,
     ) -> None:
         """mode: "r" read-only, "w" read-write (file must exist), "c" read-write, created if
         missing. uri: path is a `file:` URI. immutable: read-only media, no locking (implies
         "r"). busy_timeout in seconds. page_size applies to new files only. cache_size in KiB.
-        mmap_size in bytes (0 = off). vfs: the name of an SQLite VFS (default: the OS's)."""
+        mmap_size in bytes (0 = off). vfs: the name of an SQLite VFS (default: the OS's).
+        cell_size_check: SQLite checks each page's cells as it loads the page (files from
+        others; costs a few microseconds per lookup with memory mapping)."""
 
     @property
     def path(self) -> str: ...

@@ -167,7 +167,8 @@ cdef class RemoteDatabase(Database):
     def __init__(self, RemoteFile source not None, *, busy_timeout=5.0, cache_size=None):
         self.source = source
         Database.__init__(self, source.name, mode="r", vfs=REMOTE_VFS,
-                          busy_timeout=busy_timeout, cache_size=cache_size, mmap_size=0)
+                          busy_timeout=busy_timeout, cache_size=cache_size, mmap_size=0,
+                          cell_size_check=True)
         self.path = source.url
 
     cdef object _error(self, int rc, str context=""):

@@ -105,6 +105,11 @@ class SQLiteStore(FileOperations, Reads, Store):
         writer; every page is written twice, log then file). `"delete"`: a rollback journal
         throughout (readers wait while a commit is written). The closed file is in DELETE
         mode in every case.
+    check_pages
+        Have SQLite check each cell of every b-tree page as it loads the page (its
+        `cell_size_check`): for a file from someone else, whose pages may be crafted. With
+        memory mapping each lookup loads its pages again, so a read of a small value takes
+        about twice as long. Always on for remote files and in the command line.
     storage_options
         For a URL only: obstore's settings for `obstore.store.from_url` (`endpoint`,
         `region`, credentials, `allow_http`, `retry_config`, ...).
@@ -145,6 +150,7 @@ class SQLiteStore(FileOperations, Reads, Store):
         cache_size: int | None = None,
         mmap_size: int | None = None,
         journal: Literal["auto", "wal", "delete"] = "auto",
+        check_pages: bool = False,
         storage_options: Mapping[str, Any] | None = None,
         block_cache: _remote.BlockCache | Mapping[str, int] | None = None,
     ) -> None:
@@ -181,6 +187,7 @@ class SQLiteStore(FileOperations, Reads, Store):
             "cache_size": DEFAULT_CACHE_KIB if cache_size is None else cache_size,
             "mmap_size": DEFAULT_MMAP_BYTES if mmap_size is None else mmap_size,
             "journal": journal,
+            "check_pages": bool(check_pages),
         }
         self._conns: Connections | None = None
         self._closer: weakref.finalize | None = None
@@ -295,7 +302,7 @@ class SQLiteStore(FileOperations, Reads, Store):
         """The options the store was made with, as a new dict.
 
         Keys: `durability`, `page_size`, `busy_timeout`, `immutable`, `cache_size`,
-        `mmap_size`, `journal` (with the defaults filled in).
+        `mmap_size`, `journal`, `check_pages` (with the defaults filled in).
         """
         return dict(self._options)
 

@@ -15,7 +15,9 @@ before it passed, each stopping at its first exception:
 - "write-open" (for every file): SQLiteStore opened for writing, check();
 - "write": one set, then close() (checkpoint, back to DELETE mode).
 After each file it reports the file descriptors and threads the process has beyond those it
-had before the first file (a store that leaves a connection open leaves its descriptor). A
+had before the first file (a store that leaves a connection open leaves its descriptor), and by
+how much the file raised the process's peak resident memory (a value that claims gigabytes must
+be refused, not allocated). A
 file that takes longer than SECONDS_PER_FILE (ZARRDB_FUZZ_FILE_SECONDS, default 20) is a hang:
 faulthandler prints every thread's stack to stderr and the process exits with status 1.
 """
@@ -176,6 +178,18 @@ def open_descriptors() -> int | None:
     return None
 
 
+def peak_memory() -> int | None:
+    """The process's peak resident memory in bytes (Linux's VmHWM), None where unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def os_threads() -> int:
     """Threads of the process as the OS sees them (C threads included), else Python's."""
     try:
@@ -204,6 +218,7 @@ def main(directory: str) -> None:
             continue
         path = os.path.join(directory, name)
         print(f"start {name}", flush=True)
+        peak = peak_memory()
         faulthandler.dump_traceback_later(SECONDS_PER_FILE, exit=True)
         report: dict = {"file": name}
         read_layers(path, report)
@@ -212,6 +227,8 @@ def main(directory: str) -> None:
         now = open_descriptors()
         report["extra_descriptors"] = None if now is None else now - descriptors
         report["extra_threads"] = os_threads() - threads
+        now = peak_memory()
+        report["peak_growth"] = None if now is None or peak is None else now - peak
         print(json.dumps(report), flush=True)
     print("end", flush=True)
 

@@ -258,3 +258,156 @@ def layout(data: bytes) -> Layout:
         freelist_count=int.from_bytes(data[36:40], "big"),
         header_pointers=[32, 52] if auto_vacuum else [32],
     )
+
+
+# --- editing: overflow chains that loop, values that claim more than the file holds -----------------
+
+
+def encode_varint(value: int) -> bytes:
+    """SQLite's big-endian varint of `value` (0 to 2**64 - 1), as short as it can be."""
+    if value > 0x00FFFFFFFFFFFFFF:  # nine bytes: the last one holds 8 bits
+        head, last = value >> 8, value & 0xFF
+        out = [last]
+        for _ in range(8):
+            out.append((head & 0x7F) | 0x80)
+            head >>= 7
+        return bytes(reversed(out))
+    out = [value & 0x7F]
+    value >>= 7
+    while value:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    return bytes(reversed(out))
+
+
+@dataclass
+class Cell:
+    """A cell of a table leaf page: its row, its payload's declared size, the part of the
+    payload kept on the page and the first page of its overflow chain (0: none)."""
+
+    rowid: int
+    payload_size: int
+    local: bytes
+    overflow: int
+
+    def encode(self) -> bytes:
+        pointer = self.overflow.to_bytes(4, "big") if self.overflow else b""
+        return encode_varint(self.payload_size) + encode_varint(self.rowid) + self.local + pointer
+
+
+def table_leaf_cells(data: bytes, number: int) -> list[Cell]:
+    """The cells of table leaf page `number`, in their order on the page."""
+    reader = _Reader(data)
+    page = reader.page(number)
+    base = HEADER_SIZE if number == 1 else 0
+    if page[base] != LEAF_TABLE:
+        raise FormatError(f"page {number} is not a table leaf page")
+    cells = []
+    for i in range(int.from_bytes(page[base + 3 : base + 5], "big")):
+        at = int.from_bytes(page[base + 8 + 2 * i : base + 10 + 2 * i], "big")
+        total, pos = _varint(page, at)
+        rowid, pos = _varint(page, pos)
+        local = reader.payload_split(total, True)
+        overflow = int.from_bytes(page[pos + local : pos + local + 4], "big") if local < total else 0
+        cells.append(Cell(rowid, total, bytes(page[pos : pos + local]), overflow))
+    return cells
+
+
+def write_table_leaf(data: bytearray, number: int, cells: list[Cell]) -> None:
+    """Rewrite table leaf page `number` (not page 1) to hold exactly `cells`, packed at its
+    end, as SQLite lays out a freshly built page."""
+    reader = _Reader(bytes(data))
+    if number == 1:
+        raise ValueError("page 1 holds the file header; rewrite other leaf pages only")
+    page = bytearray(reader.page_size)
+    content = reader.usable
+    pointers = []
+    for cell in cells:
+        raw = cell.encode()
+        content -= len(raw)
+        page[content : content + len(raw)] = raw
+        pointers.append(content)
+    if content < 8 + 2 * len(cells):
+        raise ValueError(f"the cells do not fit on page {number}")
+    page[0] = LEAF_TABLE
+    page[3:5] = len(cells).to_bytes(2, "big")
+    page[5:7] = content.to_bytes(2, "big")
+    for i, at in enumerate(pointers):
+        page[8 + 2 * i : 10 + 2 * i] = at.to_bytes(2, "big")
+    start = (number - 1) * reader.page_size
+    data[start : start + reader.page_size] = page
+
+
+def overflow_chain(data: bytes, first: int) -> list[int]:
+    """The page numbers of the overflow chain starting at `first`, up to its end (a 0 link) or
+    to the first page seen twice."""
+    reader = _Reader(data)
+    chain: list[int] = []
+    number = first
+    while number and number not in chain:
+        chain.append(number)
+        number = int.from_bytes(reader.page(number)[:4], "big")
+    return chain
+
+
+def _record_header(payload: bytes) -> tuple[list[int], int]:
+    """The serial types of a record and the size of its header."""
+    header_size, pos = _varint(payload, 0)
+    types = []
+    while pos < header_size:
+        serial, pos = _varint(payload, pos)
+        types.append(serial)
+    return types, header_size
+
+
+def _serial_size(serial: int) -> int:
+    return {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 6, 6: 8, 7: 8, 8: 0, 9: 0}.get(
+        serial, (serial - 12) // 2
+    )
+
+
+def claim_blob(data: bytes, cell: Cell, size: int, first_overflow: int) -> Cell:
+    """`cell` with its record's last column (a BLOB) declared `size` bytes long (or a little
+    more: the size is rounded so that the payload kept on the page stays SQLite's minimum)
+    and its overflow chain starting at `first_overflow`. The bytes of the columns before it
+    stay on the page; the value's own bytes are whatever the chain holds."""
+    reader = _Reader(data)
+    types, header_size = _record_header(cell.local)
+    before = b"".join(encode_varint(t) for t in types[:-1])
+    kept = cell.local[header_size : header_size + sum(_serial_size(t) for t in types[:-1])]
+    least = ((reader.usable - 12) * 32 // 255) - 23
+    step = reader.usable - 4
+    while True:
+        columns = before + encode_varint(2 * size + 12)
+        if len(columns) + 1 > 127:
+            raise ValueError("a record header of over 127 bytes")
+        header = encode_varint(len(columns) + 1) + columns  # its size: a 1-byte varint
+        total = len(header) + len(kept) + size
+        if (total - least) % step == 0:
+            break
+        size += step - (total - least) % step
+    local = reader.payload_split(total, True)
+    assert local == least, (local, least)
+    body = (header + kept).ljust(local, b"\0")[:local]
+    return Cell(cell.rowid, total, body, first_overflow)
+
+
+def make_overflow_bomb(data: bytes, leaf: int, size: int, keys: int | None = None) -> bytes:
+    """A copy of the file in which the overflow chain of the first value on the table leaf page
+    `leaf` (the root of a small table) loops back to its start, and the values of up to `keys`
+    rows of that page that have an overflow chain (all by default) each claim `size` bytes of
+    that same chain: a few KB that read as `keys` values of `size` bytes. ValueError if no
+    value there has a chain, or the rewritten cells do not fit on the page."""
+    out = bytearray(data)
+    cells = table_leaf_cells(data, leaf)
+    chained = [i for i, cell in enumerate(cells) if cell.overflow]
+    if not chained:
+        raise ValueError("no value of the table has an overflow chain")
+    chain = overflow_chain(data, cells[chained[0]].overflow)
+    reader = _Reader(data)
+    last = (chain[-1] - 1) * reader.page_size
+    out[last : last + 4] = chain[0].to_bytes(4, "big")
+    for i in chained[: keys if keys is not None else len(chained)]:
+        cells[i] = claim_blob(data, cells[i], size, chain[0])
+    write_table_leaf(out, leaf, cells)
+    return bytes(out)

@@ -6,9 +6,13 @@ The mutations are aimed by the files' own layout (sqlite_pages.py): most land pa
 header, in what SQLite reads after opening - interior and leaf pages of the key table and its
 index, overflow chains, the pointer map, the freelist, the metadata table, the schema - as
 flipped bits, overwritten or zeroed bytes and rewritten page numbers (child pointers, overflow
-and freelist links, pointer-map parents); some hit the header, a few cut the file short. The
-test output says how many files reached each layer (see _fuzz_child.py) and the test fails when
-fewer than half of them reach the full read.
+and freelist links, pointer-map parents); some hit the header, a few cut the file short. Some
+are what an attacker would craft rather than what damage does: an overflow chain of the key
+table made to loop back to its start, shared by the rows of its page, each claiming far more
+bytes than the file holds (a decompression bomb); keys that climb out of their hierarchy
+(`../x`, `g/../../x`) or hold a NUL; a trigger on the key table that rewrites or refuses what
+is written. The test output says how many files reached each layer (see _fuzz_child.py) and the
+test fails when fewer than half of them reach the full read.
 
 What counts as a right answer for a damaged file, decided here:
 - zarrdb's own API (opening, listing, get/exists/getsize, ranges, key_sizes, file_info, check,
@@ -22,12 +26,14 @@ What counts as a right answer for a damaged file, decided here:
   not raised by zarrdb's code;
 - never a crash, never a hang (60 s per batch of 40 files), never a leak: after each file the
   reading process has no more file descriptors open than before the first, and no thread more
-  than zarr's own pool may add.
+  than zarr's own pool may add; never a large allocation: no file raises the process's peak
+  resident memory by more than PEAK_GROWTH (where the OS says).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import random
@@ -48,7 +54,7 @@ from zarr.core.buffer import default_buffer_prototype
 
 from .conftest import FUZZ_SUMMARY
 from .helpers import PYTHON, TESTS_DIR, child_env, opened, trials
-from .sqlite_pages import Layout, layout
+from .sqlite_pages import Layout, layout, make_overflow_bomb, table_leaf_cells
 
 FIXTURES = TESTS_DIR / "data" / "bad"
 BATCH = 40
@@ -73,6 +79,10 @@ LAYERS = {
 }
 # zarr's codec pool may start a few more threads while reading: more than this is a leak.
 THREAD_SLACK = 8
+# Reading a base file (at most a few hundred KB, arrays of at most 1 MB read whole) raises the
+# reading process's peak memory by a few MB; a file that raises it more than this made zarrdb
+# allocate what a value claimed.
+PEAK_GROWTH = 256 * 1024 * 1024
 buf = default_buffer_prototype().buffer
 
 
@@ -160,6 +170,13 @@ class Regions:
         )
         self.ranges: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)
         self.pointers: dict[str, list[int]] = collections.defaultdict(list)
+        # Leaf pages of the key table holding a value with an overflow chain (for "bomb").
+        self.chained_leaves = [
+            page.number
+            for page in self.layout.pages.values()
+            if page.role == "btree" and page.owner == "zarr" and page.kind == "leaf"
+            and any(cell.overflow for cell in table_leaf_cells(data, page.number))
+        ]  # fmt: skip
         self.ranges["header"].append((0, 100))
         self.pointers["header"].extend(self.layout.header_pointers)
         for page in self.layout.pages.values():
@@ -201,12 +218,63 @@ def page_number(regions: Regions, offset: int, choice: int) -> int:
     return (choice >> 3) % count + 1
 
 
+# What a bomb's values claim: a few times a base file, more than a process can hold, more than
+# a SQLiteStore value may be, more than an int.
+BOMB_CLAIMS = (1_000_000, 300_000_000, 2**31 + 5, 2**40)
+# Keys that climb out of their hierarchy or hold a NUL, added beside the existing ones.
+HOSTILE_KEYS = ("../x", "g/../../x", "a/../../../x/zarr.json", "a/c/\x00/0", "..", "./zarr.json")
+# Triggers a hostile file may hold on the key table: they run on zarrdb's writes.
+TRIGGERS = (
+    "CREATE TRIGGER fuzz_rewrite AFTER INSERT ON zarr BEGIN "
+    "UPDATE zarr SET v = x'DEADBEEF' WHERE k = new.k; END",
+    "CREATE TRIGGER fuzz_refuse BEFORE INSERT ON zarr BEGIN "
+    "SELECT RAISE(ABORT, 'refused by the file'); END",
+    "CREATE TRIGGER fuzz_spread AFTER UPDATE ON zarr BEGIN "
+    "INSERT OR REPLACE INTO zarr(k, v) VALUES ('../escaped', new.v); END",
+)
+
+
+def _bomb(data: bytes, regions: Regions, index: int, claim: int, keys: int) -> bytes:
+    """One of the key table's overflow chains made to loop, claimed by up to `keys` rows."""
+    if not regions.chained_leaves:
+        return data
+    leaf = regions.chained_leaves[index % len(regions.chained_leaves)]
+    try:
+        return make_overflow_bomb(data, leaf, claim, keys)
+    except ValueError:  # the longer cells do not fit on the page: left as it was
+        return data
+
+
+def _with_sql(data: bytes, statements: list[tuple[str, tuple]]) -> bytes:
+    """The file after running `statements` on it (standard-library sqlite3, in memory); as it
+    was if an earlier mutation left it unreadable."""
+    with contextlib.closing(sqlite3.connect(":memory:")) as con:
+        try:
+            con.deserialize(data)
+            with con:
+                for sql, params in statements:
+                    con.execute(sql, params)
+            return con.serialize()
+        except sqlite3.DatabaseError:
+            return data
+
+
 def mutate(data: bytes, regions: Regions, steps) -> bytes:
     out = bytearray(data)
     for step in steps:
         kind = step[0]
         if kind == "truncate":
             del out[max(0, len(out) - step[1]) :]
+            continue
+        if kind == "bomb":
+            out = bytearray(_bomb(bytes(out), regions, step[2], *step[3]))
+            continue
+        if kind == "keys":  # a hostile key beside the others, holding a copy of a value
+            copy = "INSERT OR IGNORE INTO zarr(k, v) SELECT ?, v FROM zarr ORDER BY k LIMIT 1"
+            out = bytearray(_with_sql(bytes(out), [(copy, (step[3],))]))
+            continue
+        if kind == "trigger":
+            out = bytearray(_with_sql(bytes(out), [(step[3], ())]))
             continue
         region, index, arg = step[1], step[2], step[3]
         at = regions.pointer(region, index) if kind == "pointer" else regions.byte(region, index)
@@ -226,7 +294,10 @@ def mutate(data: bytes, regions: Regions, steps) -> bytes:
 
 
 # How often each kind of mutation is drawn, relative to the others.
-KIND_WEIGHTS = {"flip": 6, "overwrite": 4, "zero": 2, "pointer": 6, "truncate": 1}
+KIND_WEIGHTS = {
+    "flip": 6, "overwrite": 4, "zero": 2, "pointer": 6, "truncate": 1,
+    "bomb": 1, "keys": 1, "trigger": 1,
+}  # fmt: skip
 
 
 def random_case(rng: random.Random, regions: dict[str, Regions]) -> tuple[str, list[tuple]]:
@@ -238,6 +309,13 @@ def random_case(rng: random.Random, regions: dict[str, Regions]) -> tuple[str, l
         (kind,) = rng.choices(list(KIND_WEIGHTS), weights=list(KIND_WEIGHTS.values()))
         if kind == "truncate":  # a few bytes up to a few pages
             steps.append((kind, rng.randint(1, 4096)))
+            continue
+        if kind == "bomb":
+            claim = (rng.choice(BOMB_CLAIMS), rng.randint(1, 4))
+            steps.append((kind, "overflow", rng.getrandbits(32), claim))
+            continue
+        if kind in ("keys", "trigger"):
+            steps.append((kind, kind, 0, rng.choice(HOSTILE_KEYS if kind == "keys" else TRIGGERS)))
             continue
         (region,) = rng.choices(names, weights=[REGION_WEIGHTS[n] for n in names])
         index = rng.getrandbits(32)
@@ -359,6 +437,11 @@ def check_reports(reports: list[dict], labels: list) -> None:
             )
         if report["extra_threads"] > THREAD_SLACK:
             problems.append(f"{report['file']} {label}: {report['extra_threads']} thread(s) more")
+        if (report.get("peak_growth") or 0) > PEAK_GROWTH:
+            problems.append(
+                f"{report['file']} {label}: raised the peak memory by "
+                f"{report['peak_growth']:,} bytes"
+            )
     assert not problems, "\n\n".join(problems[:5])
 
 
@@ -463,6 +546,26 @@ def test_fuzz_mutated_files(fuzz_bases, request):
 def test_fuzz_mutated_files_many(fuzz_bases, request):
     tally = _fuzz(fuzz_bases, trials("ZARRDB_FUZZ_EXAMPLES", 20, 200, slow=True))
     _check_and_report(request, tally, "fuzz (slow)")
+
+
+def test_fuzz_crafted_mutations(fuzz_bases):
+    """Each crafted mutation once on both bases (bombs of every claim, hostile keys, triggers):
+    a clean refusal or error, never a crash, a hang, a leak or a large allocation; the bombs'
+    values fail to read with a zarrdb error."""
+    regions = {name: Regions(data) for name, data in fuzz_bases.items()}
+    cases: list[tuple[str, list[tuple]]] = []
+    for base in sorted(fuzz_bases):
+        assert regions[base].chained_leaves, base
+        cases += [(base, [("bomb", "overflow", 0, (claim, 3))]) for claim in BOMB_CLAIMS]
+        cases += [(base, [("keys", "keys", 0, key)]) for key in HOSTILE_KEYS]
+        cases += [(base, [("trigger", "trigger", 0, sql)]) for sql in TRIGGERS]
+    files = [mutate(fuzz_bases[base], regions[base], steps) for base, steps in cases]
+    assert all(data != fuzz_bases[base] for data, (base, _) in zip(files, cases))
+    reports = run_fuzz_batch(files, cases)
+    assert len(reports) == len(cases)
+    for report, (_, steps) in zip(reports, cases):
+        if steps[0][0] == "bomb":
+            assert report["read"]["zarrdb_error"], (steps, report["read"])
 
 
 # --- the harness itself ---------------------------------------------------------------------------

@@ -88,7 +88,8 @@ def open_zarrdb(
 
     The file is always opened read-only first, so a file that is not a SQLiteStore file (even
     an empty SQLite database) is never initialised or modified; BadInput says why (`checking`:
-    see ensure_open)."""
+    see ensure_open). The command line reads files from anyone: SQLite checks the cells of
+    every page it loads (check_pages)."""
     from zarrdb import SQLiteStore
 
     if remote.is_url(path):
@@ -96,13 +97,13 @@ def open_zarrdb(
             raise BadInput(f"{path}: .zarrdb files at a URL are read-only")
         return open_remote_zarrdb(path, storage_options or {}, checking=checking)
     require_zarrdb_path(path)
-    store = SQLiteStore(path, read_only=True, busy_timeout=busy_timeout)
+    store = SQLiteStore(path, read_only=True, busy_timeout=busy_timeout, check_pages=True)
     with _closed_on_error(store):
         ensure_open(store, path, checking=checking)
     if not writable:
         return store
     store.close()
-    store = SQLiteStore(path, busy_timeout=busy_timeout)
+    store = SQLiteStore(path, busy_timeout=busy_timeout, check_pages=True)
     with _closed_on_error(store):
         ensure_open(store, path)
     return store
@@ -342,7 +343,7 @@ async def open_store(
 
         if os.path.exists(at) and os.path.getsize(at) > 0:
             return open_zarrdb(at, busy_timeout=busy_timeout, writable=not read_only)
-        store = SQLiteStore(at, read_only=read_only, busy_timeout=busy_timeout)
+        store = SQLiteStore(at, read_only=read_only, busy_timeout=busy_timeout, check_pages=True)
         with _closed_on_error(store):
             ensure_open(store, at)
         return store
