@@ -21,7 +21,6 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Iterator
 from typing import Any
 
 from zarrdb import _format, errors
@@ -190,16 +189,22 @@ class Connections:
             and _header_says_wal(path)
             and not any(os.path.exists(path + s) for s in ("-wal", "-shm"))
         )
-        db = self._open_reader()
-        try:
-            notes = _format.validate(_format.read_facts(db), path=path, writable=False)
-        except BaseException:
-            db.close()
-            raise
+        db, notes = self._open_and_validate()
         _format.warn(notes)
         with self.readers_lock:
             self.readers.append(db)
         self._lease(db)
+
+    def _open_and_validate(self) -> tuple[Database, list[str]]:
+        """A read connection and the notes of checking the file against the format."""
+        db = self._open_reader()
+        try:
+            return db, _format.validate(
+                _format.read_facts(db), path=self.store_path, writable=False
+            )
+        except BaseException:
+            db.close()
+            raise
 
     def _new_reader(self) -> Database:
         """A read connection for the calling thread: one a finished thread left, or a new one."""
@@ -252,26 +257,24 @@ class Connections:
         return db
 
     def in_transaction(self) -> bool:
+        """An explicit transaction is open on this store: reads go to its connection."""
         return self.writing is not None and self.writing.in_transaction()
 
-    @contextlib.contextmanager
-    def read_connection(self) -> Iterator[Database]:
-        """The connection a read uses: the write connection for a caller inside the open
-        transaction (so it sees the transaction's own writes), else this thread's reader."""
+    def read_connection(self) -> contextlib.AbstractContextManager[Database]:
+        """The connection a read uses, for a `with` block: while an explicit transaction is
+        open, the write connection once the writes queued before the read are written (the
+        store object is the session: its reads see the transaction's writes), else this
+        thread's reader."""
         if self.writing is not None and self.writing.in_transaction():
-            with self.writing.hold() as db:  # after the writes queued before the read
-                yield db
-        else:
-            yield self.reader()
+            return self.writing.hold()
+        return contextlib.nullcontext(self.reader())
 
-    @contextlib.contextmanager
-    def write_connection(self) -> Iterator[Database]:
-        """The write connection, once everything queued is committed (for maintenance)."""
+    def write_connection(self) -> contextlib.AbstractContextManager[Database]:
+        """The write connection for a `with` block, once everything queued is written (for
+        maintenance; inside an open explicit transaction, the work is part of it)."""
         writing = self.writing
         assert writing is not None
-        writing.wait_for_other_transaction()
-        with writing.hold() as db:
-            yield db
+        return writing.hold()
 
     # --- closing -------------------------------------------------------------------------------
 
@@ -281,19 +284,40 @@ class Connections:
         if self.pid != os.getpid() or self.closed:
             return
         self.closed = True
+        writing, self.writing = self.writing, None
+        try:
+            self._close_readers()
+        finally:
+            # Whatever the readers did: the writer is closed and the file left whole.
+            if writing is not None:
+                self._close_writer(writing)
+            elif self.made_sidecars:
+                _remove_sidecars_we_made(self.store_path)
+
+    def _close_readers(self) -> None:
+        """Close every read connection; raises the first one still busy in another thread
+        after a grace period, once all were tried."""
         with self.readers_lock:
             readers, self.readers = self.readers, []
             self.idle_readers = []
+        failed: BaseException | None = None
         for db in readers:
-            _close_when_free(db)
-        writing, self.writing = self.writing, None
-        if writing is None:
-            if self.made_sidecars:
-                _remove_sidecars_we_made(self.store_path)
-            return
-        writing.close()  # commits everything queued and stops the thread
+            try:
+                _close_when_free(db)
+            except errors.ConcurrentUseError as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
+
+    def _close_writer(self, writing: Writing) -> None:
+        """Commit what is queued, stop the writer thread, give back free pages, and leave the
+        file in DELETE mode; the write connection is closed whatever fails."""
         db = writing.db
         try:
+            writing.close()  # commits everything queued and stops the thread
+            if db.in_transaction:
+                # An explicit transaction whose block has not ended: closing discards it.
+                db.rollback()
             with contextlib.suppress(errors.ZarrDBError):
                 # What a delete freed and the writer had no time to give back yet.
                 if db.pragma("auto_vacuum") == 2 and db.pragma("freelist_count"):
