@@ -295,8 +295,9 @@ class Connections:
                 _remove_sidecars_we_made(self.store_path)
 
     def _close_readers(self) -> None:
-        """Close every read connection; raises the first one still busy in another thread
-        after a grace period, once all were tried."""
+        """Close every read connection; one still busy in another thread after a grace
+        period is interrupted (its read fails) so that the file can be left in DELETE mode.
+        Raises the first one that could not be closed, once all were tried."""
         with self.readers_lock:
             readers, self.readers = self.readers, []
             self.idle_readers = []
@@ -372,18 +373,28 @@ def unwind_on_sigterm() -> None:
         pass
 
 
-def _close_when_free(db: Database, wait: float = 5.0) -> None:
+# Closing waits this long (seconds) for a read still running in another thread to end before it
+# interrupts it, and as long again for the interrupted read to return.
+CLOSE_READ_GRACE = 5.0
+
+
+def _close_when_free(db: Database, wait: float = CLOSE_READ_GRACE) -> None:
     """Close a read connection another thread may be in the middle of using (zarr's reads of
     a call that failed go on in its own thread after the caller got the error): wait for that
-    read to end, then close."""
+    read to end, interrupt it if it does not, then close."""
     deadline = time.monotonic() + wait
+    interrupted = False
     while True:
         try:
             db.close()
             return
         except errors.ConcurrentUseError:
             if time.monotonic() >= deadline:
-                raise
+                if interrupted:
+                    raise
+                db.interrupt()  # the read fails (OperationInterruptedError) and lets go
+                interrupted = True
+                deadline = time.monotonic() + wait
             time.sleep(0.001)
 
 

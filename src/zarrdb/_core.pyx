@@ -819,6 +819,12 @@ cdef class Database:
     def busy_timeout(self):
         return self._busy_timeout
 
+    def interrupt(self):
+        """Make the statement another thread is running on this connection stop at once (it
+        raises OperationInterruptedError); callable from any thread."""
+        if self.db != NULL and self.pid == _current_pid:
+            sqlite3_interrupt(self.db)
+
     cdef void _close(self) noexcept:
         cdef sqlite3* handle = self.db
         cdef int i

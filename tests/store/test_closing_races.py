@@ -1,9 +1,12 @@
-"""close() racing other threads (issue 24, defect 3).
+"""close() racing other threads (issue 24, defects 3 and 7).
 
 - A thread still waiting for the write connection when close() starts gets ClosedError: it is
   never handed the connection that close() goes on to checkpoint and close.
+- close() is exception-safe: a reader busy in another thread does not keep it from closing the
+  writer and leaving the file in DELETE mode.
 
-The window is widened deterministically: another process holds the write lock.
+Windows are widened deterministically: another process holds the write lock, or a reader runs
+a query that never ends by itself.
 """
 
 from __future__ import annotations
@@ -93,4 +96,45 @@ def test_close_refuses_a_hold_still_waiting(tmp_path: Path) -> None:
     mode, keys = file_state(path)
     assert mode == "delete"
     assert keys == {"dir/x", "busy"}
+    assert not Path(f"{path}-wal").exists()
+
+
+def test_close_with_a_reader_busy_in_another_thread_still_closes_the_writer(
+    tmp_path: Path,
+) -> None:
+    """A read that does not end (a query running on the store's reader connection in another
+    thread) must not keep close() from closing the writer and leaving the file in DELETE
+    mode; the read is interrupted."""
+    path = tmp_path / "busy-reader.zarrdb"
+    store = SQLiteStore(path, journal="wal")
+    store.set_sync("k", buf(b"v"))
+    started = threading.Event()
+    outcome: dict[str, object] = {}
+
+    def endless_read() -> None:
+        db = store._connections().reader()
+        started.set()
+        try:
+            db.execute(
+                "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+                "SELECT count(*) FROM c"
+            )
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            outcome["read"] = exc
+
+    reader = threading.Thread(target=endless_read, daemon=True)
+    reader.start()
+    assert started.wait(JOIN_TIMEOUT)
+    time.sleep(0.2)  # the query runs
+    try:
+        store.close()
+    except errors.ZarrDBError as exc:
+        outcome["close"] = exc
+    assert "close" not in outcome, f"close() raised before closing the writer: {outcome}"
+    reader.join(JOIN_TIMEOUT)
+    assert not reader.is_alive(), "the endless read was not interrupted"
+    assert isinstance(outcome.get("read"), errors.OperationInterruptedError), outcome
+    mode, keys = file_state(path)
+    assert mode == "delete", "close() left the file in WAL mode"
+    assert keys == {"k"}
     assert not Path(f"{path}-wal").exists()
