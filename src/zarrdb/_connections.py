@@ -189,7 +189,15 @@ class Connections:
             and _header_says_wal(path)
             and not any(os.path.exists(path + s) for s in ("-wal", "-shm"))
         )
-        db, notes = self._open_and_validate()
+        try:
+            db, notes = self._open_and_validate()
+        except errors.ReadOnlyError as exc:
+            if exc.extended_code != errors.SQLITE_READONLY_ROLLBACK or self.remote_location:
+                raise
+            # A writer stopped in the middle of a transaction and left a hot journal: reading
+            # needs it rolled back first, as any connection that may write would do.
+            _roll_back_hot_journal(path, opts["busy_timeout"])
+            db, notes = self._open_and_validate()
         _format.warn(notes)
         with self.readers_lock:
             self.readers.append(db)
@@ -396,6 +404,31 @@ def _close_when_free(db: Database, wait: float = CLOSE_READ_GRACE) -> None:
                 interrupted = True
                 deadline = time.monotonic() + wait
             time.sleep(0.001)
+
+
+def _roll_back_hot_journal(path: str, busy_timeout: float) -> None:
+    """Roll back the transaction a writer left unfinished in `path`'s journal, through a
+    connection that may write (the file is not otherwise changed); where this process may not
+    write the file or its folder, raise ReadOnlyError naming the journal and what recovers it."""
+    journal = path + "-journal"
+    folder = os.path.dirname(path) or "."
+    if os.access(path, os.W_OK) and os.access(folder, os.W_OK):
+        db = Database(path, mode="w", busy_timeout=busy_timeout)
+        try:
+            db.pragma("schema_version")  # reading rolls the journal back
+        finally:
+            db.close()
+        return
+    raise errors.ReadOnlyError(
+        f"{path!r} cannot be read: a writer stopped in the middle of a transaction and left "
+        f"the journal {journal!r}, which must be rolled back first, and that needs write "
+        "permission on the file and its folder. Open it once as a user who may write both "
+        f"(any zarrdb command does it, e.g. `zarrdb info {path}`); never delete the journal, "
+        "which would leave the file damaged",
+        code=errors.SQLITE_READONLY,
+        extended_code=errors.SQLITE_READONLY_ROLLBACK,
+        filename=path,
+    )
 
 
 def _header_says_wal(path: str) -> bool:
