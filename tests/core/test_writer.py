@@ -336,3 +336,45 @@ def test_writer_and_checkpointer_threads_block_signals(tmp_path):
     finally:
         writer.close()
         db.close()
+
+
+def test_submissions_dropped_by_their_waiters_at_once(writer_db):
+    """Completion is published last (issue 24, defect 8): a waiter that sees a submission done
+    may free it at once, while the writer thread is still finishing its batch. Eight threads
+    each drop every submission the moment its wait returns, half of them through a port
+    drained by another thread. A use after free here is a memory error under the
+    AddressSanitizer step (scripts/memcheck.sh --asan); on x86 without it, the ordering cannot
+    be observed, so this run checks that nothing is lost or reported twice."""
+    writer = Writer(writer_db)
+    port = Port(writer)
+    drained: list = []
+    stop = threading.Event()
+
+    def drain() -> None:
+        while not stop.is_set() or port.pending:
+            if port.wait(0.05):
+                drained.extend(1 for _ in port.drain())
+
+    def run(t: int) -> None:
+        for i in range(300):
+            if t % 2:
+                writer.submit([("set", f"d{t}/{i}", b"v" * (i % 64))], port=port)
+            else:
+                writer.submit([("set", f"d{t}/{i}", b"v" * (i % 64))]).wait()
+
+    drainer = threading.Thread(target=drain)
+    drainer.start()
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    writer.flush()
+    stop.set()
+    drainer.join(60)
+    try:
+        assert not drainer.is_alive() and not any(t.is_alive() for t in threads)
+        assert len(drained) == 4 * 300 and port.pending == 0
+    finally:
+        writer.close()
+    assert writer_db.count_prefix("d") == 8 * 300

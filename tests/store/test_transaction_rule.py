@@ -250,6 +250,39 @@ async def test_a_task_started_inside_the_block_nests(tmp_path: Path) -> None:
     assert reopened(path) == {"outer": b"o", "inner/False": b"i"}
 
 
+async def test_async_with_waits_for_the_lock_off_the_event_loop(tmp_path: Path) -> None:
+    """`async with store.transaction()` waiting for another process's lock must not stop the
+    event loop's thread: a ticker task goes on meanwhile."""
+    path = tmp_path / "loop.zarrdb"
+    store = SQLiteStore(path, busy_timeout=JOIN_TIMEOUT)
+    await store.set("before", buf(b"0"))
+    holder = LockHolder(path)
+    ticks = 0
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    task = asyncio.create_task(ticker())
+    release = asyncio.get_running_loop().call_later(0.5, holder.release)
+    try:
+        async with store.transaction():
+            waited_ticks = ticks
+            await store.set("inside", buf(b"i"))
+            assert (await store.get("inside")).to_bytes() == b"i"
+        assert waited_ticks >= 10, f"the loop turned {waited_ticks} times in 0.5 s of waiting"
+    finally:
+        release.cancel()
+        stop.set()
+        await task
+        holder.release()
+        store.close()
+    assert reopened(path) == {"before": b"0", "inside": b"i"}
+
+
 # --- zarr and dask inside the block ------------------------------------------------------------
 
 
