@@ -1279,9 +1279,9 @@ cdef class Writer:
         cdef int rc
         err = None
         self._check()
-        if not (w.txn_open and w.txn_depth > 0):
+        if not (w.txn_open and w.txn_depth > 0 and w.txn == token):
             raise _errors.MisuseError(
-                f"no explicit transaction is open on {self.path!r}", code=SQLITE_MISUSE
+                f"transaction {token} is not open on {self.path!r}", code=SQLITE_MISUSE
             )
         outermost = w.txn_depth == 1
         try:
