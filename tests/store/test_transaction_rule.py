@@ -12,6 +12,7 @@ Windows are widened deterministically by another process holding the file's writ
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import subprocess
 import sys
@@ -281,6 +282,36 @@ async def test_async_with_waits_for_the_lock_off_the_event_loop(tmp_path: Path) 
         holder.release()
         store.close()
     assert reopened(path) == {"before": b"0", "inside": b"i"}
+
+
+async def test_a_read_inside_async_with_waits_off_the_event_loop(tmp_path: Path) -> None:
+    """A read inside the block waits for the writes queued before it (64 MiB here) in a worker
+    thread: the event loop goes on meanwhile."""
+    store = SQLiteStore(tmp_path / "read.zarrdb", durability="off")
+    await store.set("before", buf(b"0"))
+    values = [os.urandom(16 << 20) for _ in range(4)]
+    ticks = 0
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            await asyncio.sleep(0.002)
+
+    task = asyncio.create_task(ticker())
+    try:
+        async with store.transaction():
+            for i, value in enumerate(values):
+                await store.set(f"big/{i}", buf(value))  # joined: returns at once
+            before = ticks
+            assert (await store.get("big/3")).to_bytes() == values[3]
+            during = ticks - before
+        assert during >= 3, f"the loop turned {during} times while the read waited"
+    finally:
+        stop.set()
+        await task
+        store.close()
 
 
 # --- zarr and dask inside the block ------------------------------------------------------------
