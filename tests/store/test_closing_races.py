@@ -18,7 +18,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 from zarr.core.buffer import cpu
 
 from zarrdb import SQLiteStore, errors
