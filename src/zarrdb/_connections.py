@@ -22,7 +22,6 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Iterator
 from typing import Any
 
 from zarrdb import _format, errors
@@ -192,16 +191,30 @@ class Connections:
             and _header_says_wal(path)
             and not any(os.path.exists(path + s) for s in ("-wal", "-shm"))
         )
-        db = self._open_reader()
         try:
-            notes = _format.validate(_format.read_facts(db), path=path, writable=False)
-        except BaseException:
-            db.close()
-            raise
+            db, notes = self._open_and_validate()
+        except errors.ReadOnlyError as exc:
+            if exc.extended_code != errors.SQLITE_READONLY_ROLLBACK or self.remote_location:
+                raise
+            # A writer stopped in the middle of a transaction and left a hot journal: reading
+            # needs it rolled back first, as any connection that may write would do.
+            _roll_back_hot_journal(path, opts["busy_timeout"])
+            db, notes = self._open_and_validate()
         _format.warn(notes)
         with self.readers_lock:
             self.readers.append(db)
         self._lease(db)
+
+    def _open_and_validate(self) -> tuple[Database, list[str]]:
+        """A read connection and the notes of checking the file against the format."""
+        db = self._open_reader()
+        try:
+            return db, _format.validate(
+                _format.read_facts(db), path=self.store_path, writable=False
+            )
+        except BaseException:
+            db.close()
+            raise
 
     def _new_reader(self) -> Database:
         """A read connection for the calling thread: one a finished thread left, or a new one."""
@@ -255,26 +268,24 @@ class Connections:
         return db
 
     def in_transaction(self) -> bool:
+        """An explicit transaction is open on this store: reads go to its connection."""
         return self.writing is not None and self.writing.in_transaction()
 
-    @contextlib.contextmanager
-    def read_connection(self) -> Iterator[Database]:
-        """The connection a read uses: the write connection for a caller inside the open
-        transaction (so it sees the transaction's own writes), else this thread's reader."""
+    def read_connection(self) -> contextlib.AbstractContextManager[Database]:
+        """The connection a read uses, for a `with` block: while an explicit transaction is
+        open, the write connection once the writes queued before the read are written (the
+        store object is the session: its reads see the transaction's writes), else this
+        thread's reader."""
         if self.writing is not None and self.writing.in_transaction():
-            with self.writing.hold() as db:  # after the writes queued before the read
-                yield db
-        else:
-            yield self.reader()
+            return self.writing.hold()
+        return contextlib.nullcontext(self.reader())
 
-    @contextlib.contextmanager
-    def write_connection(self) -> Iterator[Database]:
-        """The write connection, once everything queued is committed (for maintenance)."""
+    def write_connection(self) -> contextlib.AbstractContextManager[Database]:
+        """The write connection for a `with` block, once everything queued is written (for
+        maintenance; inside an open explicit transaction, the work is part of it)."""
         writing = self.writing
         assert writing is not None
-        writing.wait_for_other_transaction()
-        with writing.hold() as db:
-            yield db
+        return writing.hold()
 
     # --- closing -------------------------------------------------------------------------------
 
@@ -284,19 +295,41 @@ class Connections:
         if self.pid != os.getpid() or self.closed:
             return
         self.closed = True
+        writing, self.writing = self.writing, None
+        try:
+            self._close_readers()
+        finally:
+            # Whatever the readers did: the writer is closed and the file left whole.
+            if writing is not None:
+                self._close_writer(writing)
+            elif self.made_sidecars:
+                _remove_sidecars_we_made(self.store_path)
+
+    def _close_readers(self) -> None:
+        """Close every read connection; one still busy in another thread after a grace
+        period is interrupted (its read fails) so that the file can be left in DELETE mode.
+        Raises the first one that could not be closed, once all were tried."""
         with self.readers_lock:
             readers, self.readers = self.readers, []
             self.idle_readers = []
+        failed: BaseException | None = None
         for db in readers:
-            _close_when_free(db)
-        writing, self.writing = self.writing, None
-        if writing is None:
-            if self.made_sidecars:
-                _remove_sidecars_we_made(self.store_path)
-            return
-        writing.close()  # commits everything queued and stops the thread
+            try:
+                _close_when_free(db)
+            except errors.ConcurrentUseError as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
+
+    def _close_writer(self, writing: Writing) -> None:
+        """Commit what is queued, stop the writer thread, give back free pages, and leave the
+        file in DELETE mode; the write connection is closed whatever fails."""
         db = writing.db
         try:
+            writing.close()  # commits everything queued and stops the thread
+            if db.in_transaction:
+                # An explicit transaction whose block has not ended: closing discards it.
+                db.rollback()
             with contextlib.suppress(errors.ZarrDBError):
                 # What a delete freed and the writer had no time to give back yet.
                 if db.pragma("auto_vacuum") == 2 and db.pragma("freelist_count"):
@@ -351,19 +384,72 @@ def unwind_on_sigterm() -> None:
         pass
 
 
-def _close_when_free(db: Database, wait: float = 5.0) -> None:
+# Closing waits this long (seconds) for a read still running in another thread to end before it
+# interrupts it, and as long again for the interrupted read to return.
+CLOSE_READ_GRACE = 5.0
+
+
+def _close_when_free(db: Database, wait: float = CLOSE_READ_GRACE) -> None:
     """Close a read connection another thread may be in the middle of using (zarr's reads of
     a call that failed go on in its own thread after the caller got the error): wait for that
-    read to end, then close."""
+    read to end, interrupt it if it does not, then close."""
     deadline = time.monotonic() + wait
+    interrupted = False
     while True:
         try:
             db.close()
             return
         except errors.ConcurrentUseError:
             if time.monotonic() >= deadline:
-                raise
+                if interrupted:
+                    raise
+                db.interrupt()  # the read fails (OperationInterruptedError) and lets go
+                interrupted = True
+                deadline = time.monotonic() + wait
             time.sleep(0.001)
+
+
+def _roll_back_hot_journal(path: str, busy_timeout: float) -> None:
+    """Roll back the transaction a writer left unfinished in `path`'s journal, through a
+    connection that may write (the file is not otherwise changed). Only a journal of the file's
+    own owner is rolled back, and only where this process may write the file and its folder;
+    otherwise ReadOnlyError names the journal and what to do."""
+    journal = path + "-journal"
+    folder = os.path.dirname(path) or "."
+    try:
+        foreign = os.stat(journal).st_uid != os.stat(path).st_uid
+    except OSError:
+        foreign = False  # gone meanwhile: the open below sees whatever is there now
+    if foreign:
+        # Anyone who may create files in the folder can put a journal beside the file; rolling
+        # it back would copy its pages into the file.
+        why = (
+            f"the journal {journal!r} beside it belongs to another user than the file, so "
+            "zarrdb does not roll it back (that would copy its pages into the file). If a "
+            "writer of this file crashed, the file's owner opening it once for writing rolls "
+            "it back; if you did not expect the journal, remove it"
+        )
+    elif os.access(path, os.W_OK) and os.access(folder, os.W_OK):
+        db = Database(path, mode="w", busy_timeout=busy_timeout)
+        try:
+            db.pragma("schema_version")  # reading rolls the journal back
+        finally:
+            db.close()
+        return
+    else:
+        why = (
+            f"a writer stopped in the middle of a transaction and left the journal {journal!r}, "
+            "which must be rolled back first, and that needs write permission on the file and "
+            "its folder. Open it once as a user who may write both (any zarrdb command does "
+            f"it, e.g. `zarrdb info {path}`); do not delete a journal a crashed writer of this "
+            "file left, which would leave the file damaged"
+        )
+    raise errors.ReadOnlyError(
+        f"{path!r} cannot be read: {why}",
+        code=errors.SQLITE_READONLY,
+        extended_code=errors.SQLITE_READONLY_ROLLBACK,
+        filename=path,
+    )
 
 
 def _header_says_wal(path: str) -> bool:

@@ -66,6 +66,10 @@ class Database:
     def in_transaction(self) -> bool: ...
     @property
     def busy_timeout(self) -> float: ...
+    def interrupt(self) -> None:
+        """Make the statement another thread is running on this connection stop at once (it
+        raises OperationInterruptedError); callable from any thread."""
+
     def close(self) -> None:
         """Close the connection; idempotent. In a forked child it only forgets the handle."""
 

@@ -49,13 +49,33 @@ cdef extern from *:
 cdef long _current_pid = zarrdb_getpid()
 
 
+cdef extern from "_sqlite_amalgamation.h" nogil:
+    void zarrdb_fork_prepare()
+    void zarrdb_fork_parent()
+    void zarrdb_fork_child()
+
+
+def _before_fork():
+    with nogil:
+        zarrdb_fork_prepare()
+
+
+def _after_fork_in_parent():
+    zarrdb_fork_parent()
+
+
 def _after_fork_in_child():
     global _current_pid
     _current_pid = zarrdb_getpid()
+    zarrdb_fork_child()  # the child's connections start with no inherited lock records
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
 
 
 BUNDLED_SQLITE = bool(ZARRDB_BUNDLED_SQLITE)
@@ -893,6 +913,12 @@ cdef class Database:
     @property
     def busy_timeout(self):
         return self._busy_timeout
+
+    def interrupt(self):
+        """Make the statement another thread is running on this connection stop at once (it
+        raises OperationInterruptedError); callable from any thread."""
+        if self.db != NULL and self.pid == _current_pid:
+            sqlite3_interrupt(self.db)
 
     cdef void _close(self) noexcept:
         cdef sqlite3* handle = self.db

@@ -28,12 +28,9 @@ class FileOperations:
         def _connections_for_write(self) -> Connections: ...
 
     def _maintain(self, fn: Any) -> Any:
-        """Run `fn(db)` on the write connection, once everything queued is committed."""
-        conns = self._connections_for_write()
-        if conns.in_transaction():
-            with conns.read_connection() as db:
-                return fn(db)
-        with conns.write_connection() as db:
+        """Run `fn(db)` on the write connection, once everything queued is written (inside
+        an open explicit transaction, as part of it: the store object is the session)."""
+        with self._connections_for_write().write_connection() as db:
             return fn(db)
 
     def move(self, source: str, dest: str) -> int:

@@ -8,8 +8,8 @@ A mixin: SQLiteStore provides `_connections()` (the open file, opened on first u
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from zarr.abc.store import (
@@ -24,6 +24,9 @@ from zarrdb import _format
 
 if TYPE_CHECKING:
     from zarrdb._connections import Connections
+    from zarrdb._core import Database
+
+T = TypeVar("T")
 
 # A read of at most this many bytes runs on the event loop's thread; a longer one is handed to
 # a worker thread, so the loop is not stalled and the copies of the values zarr gathers run on
@@ -69,6 +72,11 @@ def _byte_range(byte_range: ByteRequest | None) -> tuple[int, int | None]:
             return 0, 0
         return -byte_range.suffix, None
     raise ValueError(f"Unexpected byte_range, got {byte_range}.")
+
+
+def _read_with(conns: Connections, fn: Callable[[Database], T]) -> T:
+    with conns.read_connection() as db:
+        return fn(db)
 
 
 class Reads:
@@ -125,7 +133,11 @@ class Reads:
             prototype = default_buffer_prototype()
         conns = self._connections()
         if conns.in_transaction():
-            return self.get_sync(key, prototype=prototype, byte_range=byte_range)
+            # The transaction's connection, once the writes queued before are written: wait
+            # for it in a worker thread, not on the loop (which may run those writes).
+            return await asyncio.to_thread(
+                self.get_sync, key, prototype=prototype, byte_range=byte_range
+            )
         db = conns.reader()
         if byte_range is None:
             data = db.get_limited(key, INLINE_READ_MAX)
@@ -152,7 +164,7 @@ class Reads:
             return db.get_ranges(requests)
 
     async def _get_ranges(self, requests: list[tuple[str, int, int | None]]) -> list[bytes | None]:
-        if len(requests) <= INLINE_BATCH_MAX or self._connections().in_transaction():
+        if len(requests) <= INLINE_BATCH_MAX and not self._connections().in_transaction():
             return self._get_ranges_sync(requests)
         return await asyncio.to_thread(self._get_ranges_sync, requests)
 
@@ -239,10 +251,17 @@ class Reads:
             raise BaseExceptionGroup("chunk read failed", [FileNotFoundError(key)])
         return [(i, _as_buffer(prototype, v)) for i, v in enumerate(values)]  # type: ignore[arg-type]
 
+    async def _read(self, fn: Callable[[Database], T]) -> T:
+        """`fn(db)` on the connection a read uses; while an explicit transaction is open, in
+        a worker thread (its connection waits for the writes queued before the read)."""
+        conns = self._connections()
+        if conns.in_transaction():
+            return await asyncio.to_thread(_read_with, conns, fn)
+        return fn(conns.reader())
+
     async def exists(self, key: str) -> bool:
         """Whether `key` is stored."""
-        with self._connections().read_connection() as db:
-            return db.exists(key)
+        return await self._read(lambda db: db.exists(key))
 
     async def getsize(self, key: str) -> int:
         """The stored size of the value of `key` in bytes, without reading it.
@@ -252,30 +271,26 @@ class Reads:
         FileNotFoundError
             If the key is not stored.
         """
-        with self._connections().read_connection() as db:
-            size = db.length(key)
+        size = await self._read(lambda db: db.length(key))
         if size is None:
             raise FileNotFoundError(key)
         return size
 
     async def getsize_prefix(self, prefix: str) -> int:
         """The total stored size of the values below `prefix` (a group or array path)."""
-        with self._connections().read_connection() as db:
-            return db.size_prefix(_format.dir_prefix(prefix))
+        return await self._read(lambda db: db.size_prefix(_format.dir_prefix(prefix)))
 
     # --- listings ------------------------------------------------------------------------------
 
     async def list(self) -> AsyncIterator[str]:
         """Every key of the store, in key order."""
-        with self._connections().read_connection() as db:
-            keys = db.list_keys()
+        keys = await self._read(lambda db: db.list_keys())
         for key in keys:
             yield key
 
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
         """Every key that starts with `prefix`, in key order (an index range scan)."""
-        with self._connections().read_connection() as db:
-            keys = db.list_prefix(prefix)
+        keys = await self._read(lambda db: db.list_prefix(prefix))
         for key in keys:
             yield key
 
@@ -285,8 +300,7 @@ class Reads:
         Each child's sub-tree is skipped with one index seek, so listing a group costs in
         proportion to its children, not to the keys below it.
         """
-        with self._connections().read_connection() as db:
-            children = db.list_dir(_format.dir_prefix(prefix))
+        children = await self._read(lambda db: db.list_dir(_format.dir_prefix(prefix)))
         seen: set[str] = set()
         for child in children:
             name = child[:-1] if child.endswith("/") else child
@@ -296,5 +310,4 @@ class Reads:
 
     async def is_empty(self, prefix: str) -> bool:
         """Whether nothing is stored below `prefix`."""
-        with self._connections().read_connection() as db:
-            return not db.has_prefix(_format.dir_prefix(prefix))
+        return not await self._read(lambda db: db.has_prefix(_format.dir_prefix(prefix)))

@@ -7,11 +7,17 @@
 # - to an event loop through a completion port: a file descriptor the loop watches with
 #   add_reader; its callback drains the port, settles the futures and releases the buffers;
 # - to a synchronous caller through a condition variable it waits on with the GIL released.
-# While an explicit transaction is open, the operations of its participants (marked with its
-# token) are written inside it under a savepoint per batch, and everyone else's wait in a
-# deferred list until it ends. Python code that needs the connection itself (transactions,
-# reads inside them, maintenance, closing) holds it through Writer.hold()/release(): the thread
-# finishes its batch and waits.
+# Explicit transactions belong to the Writer (the store object's session), not to a thread:
+# while one is open, every submission joins it (written under a savepoint per batch). Its start
+# is marked under the mutex the moment begin(), holding the connection, has taken SQLite's
+# write lock (BEGIN IMMEDIATE): what was queued before is committed on its own (the part that
+# came while begin() waited is deferred, still counted in the queue's bytes, and queued again
+# when the transaction ends), what is queued after joins the transaction. Its end is marked
+# when end() asks for the connection: what is queued after that is not the transaction's.
+# Python code that needs the connection itself (transactions, reads inside them, maintenance)
+# holds it through Writer.holding(): the thread finishes its batch and waits.
+
+from collections import deque as _deque
 
 # Result codes of our own (SQLite's are all below 1 << 16 with extended codes).
 cdef enum:
@@ -38,7 +44,7 @@ cdef struct WSub:
     WOp* ops
     Py_ssize_t nops
     int64_t nbytes
-    int64_t txn
+    int64_t txn  # the explicit transaction it joined (0: none); set when it is queued
     int64_t seq
     int64_t queued_at  # monotonic microseconds
     bint hinted  # its submitter calls Writer.flush() once it has queued what it has
@@ -57,12 +63,24 @@ cdef struct WState:
     zt_thread thread
     WSub* head
     WSub* tail
-    WSub* dhead
+    WSub* dhead  # queued before the open transaction began, written once it ends
     WSub* dtail
     int64_t queued_bytes
     int64_t queue_max
     int64_t batch_max
+    # The explicit transaction: `txn` marks what submissions queued now join (0: none; set
+    # when begin() asks for the connection, cleared when end() does), `txn_open` says the
+    # connection is inside it (BEGIN done, COMMIT or ROLLBACK not yet), `txn_depth` counts
+    # its levels; the first error of a write that joined it waits for end() in `txn_rc` ...
     int64_t txn
+    bint txn_open
+    bint txn_pending  # begin() of an outermost level holds or waits for the connection
+    int64_t txn_depth
+    int txn_rc
+    int txn_xrc
+    char* txn_errmsg
+    char* txn_errkey
+    bint closing  # close() started: holds are refused
     int64_t next_seq
     int64_t done_seq
     int64_t hold_limit  # >= 0: take no submission with a later sequence number
@@ -254,6 +272,36 @@ cdef void _retry_alone(WState* w, WSub** subs, Py_ssize_t n, bint joined, int rc
         _run(w, &subs[i], 1, joined)
 
 
+cdef void _record_transaction_error(WState* w, WSub* s) noexcept nogil:
+    """Keep the first failure of a write that joined the explicit transaction for end(),
+    which raises it (the submitter did not wait for it)."""
+    cdef WOp* op
+    if w.txn_rc != SQLITE_OK:
+        return
+    w.txn_rc = s.rc
+    w.txn_xrc = s.xrc
+    if s.errmsg != NULL:
+        w.txn_errmsg = sqlite3_mprintf("%s", s.errmsg)
+    op = &s.ops[s.failed if 0 <= s.failed < s.nops else 0]
+    if op.key != NULL:
+        w.txn_errkey = sqlite3_mprintf("%.*s", <int>op.nkey, op.key)
+
+
+cdef void _clear_transaction_error(WState* w) noexcept nogil:
+    w.txn_rc = w.txn_xrc = SQLITE_OK
+    sqlite3_free(w.txn_errmsg)
+    sqlite3_free(w.txn_errkey)
+    w.txn_errmsg = w.txn_errkey = NULL
+
+
+cdef void _complete(WSub* s) noexcept nogil:
+    """Hand a finished submission to its port and mark it done (under the writer's mutex).
+    DONE is published last, with release order: a waiter that sees it (the submission's
+    state is read without the mutex) may free the submission at once."""
+    _signal_port(s)
+    zt_store_release(&s.state, SUB_DONE)
+
+
 cdef void _signal_port(WSub* s) noexcept nogil:
     """Hand a finished submission to its port (under the writer's mutex)."""
     cdef WPort* p = s.port
@@ -272,8 +320,11 @@ cdef void _signal_port(WSub* s) noexcept nogil:
 
 
 cdef inline bint _can_take(WState* w) noexcept nogil:
+    # A submission that joined the transaction is written only while the connection is in it,
+    # and one that did not only while it is not (the marks order them so: see begin()/end()).
     return (w.head != NULL and not w.held and
-            (w.stop or w.hold_limit < 0 or w.head.seq <= w.hold_limit))
+            (w.stop or w.hold_limit < 0 or w.head.seq <= w.hold_limit) and
+            (w.head.txn != 0) == w.txn_open)
 
 
 cdef Py_ssize_t _take(WState* w) noexcept nogil:
@@ -307,7 +358,7 @@ cdef Py_ssize_t _take(WState* w) noexcept nogil:
 
 
 cdef inline bint _keep_lingering(WState* w, bint joined) noexcept nogil:
-    return (not w.stop and not w.held and w.hold_waiters == 0 and (w.txn != 0) == joined
+    return (not w.stop and not w.held and w.hold_waiters == 0 and w.txn_open == joined
             and w.batch_bytes < w.batch_max)
 
 
@@ -324,8 +375,9 @@ cdef void _finish_batch(WState* w) noexcept nogil:
         w.queued_bytes -= s.nbytes
         if s.seq > w.done_seq:
             w.done_seq = s.seq
-        s.state = SUB_DONE
-        _signal_port(s)
+        if s.txn != 0 and s.rc != SQLITE_OK:
+            _record_transaction_error(w, s)
+        _complete(s)
     w.batch_n = 0
     w.batch_bytes = 0
     w.batch_hinted = True
@@ -489,9 +541,9 @@ cdef void _writer_main(void* arg) noexcept nogil:
     zt_mutex_lock(&w.mu)
     w.batch_hinted = True
     while True:
-        while not _can_take(w) and not (w.stop and w.head == NULL and not w.held):
-            if (w.freed and not w.held and w.txn == 0 and w.hold_waiters == 0
-                    and not w.stop):
+        while not _can_take(w) and not (w.stop and not w.held):
+            if (w.freed and not w.held and w.txn == 0 and not w.txn_open
+                    and w.hold_waiters == 0 and not w.stop):
                 # Nothing to write: give space back, one bounded step at a time.
                 w.busy = 1
                 zt_mutex_unlock(&w.mu)
@@ -502,7 +554,7 @@ cdef void _writer_main(void* arg) noexcept nogil:
                 continue
             zt_cond_wait(&w.work, &w.mu)
         if not _can_take(w):
-            break  # stopping, and nothing is left
+            break  # stopping, and nothing is left that can be written
         if _take(w) < 0:  # no memory for the batch array: fail the first submission
             s = w.head
             w.head = s.next
@@ -513,11 +565,10 @@ cdef void _writer_main(void* arg) noexcept nogil:
             w.queued_bytes -= s.nbytes
             if s.seq > w.done_seq:
                 w.done_seq = s.seq
-            s.state = SUB_DONE
-            _signal_port(s)
+            _complete(s)
             zt_cond_broadcast(&w.done)
             continue
-        joined = w.txn != 0
+        joined = w.txn_open
         started = zt_monotonic_us()
         w.busy = 1
         zt_mutex_unlock(&w.mu)
@@ -562,17 +613,45 @@ cdef void _writer_main(void* arg) noexcept nogil:
         zt_mutex_lock(&w.mu)
         w.busy = 0
         _finish_batch(w)
-    # Stopping: whatever still waits for a transaction that will never end fails.
+    # Stopping: whatever is left could not be written (close() found an explicit transaction
+    # open, and rolls it back): it fails.
+    _defer_queued(w)
     s = w.dhead
     w.dhead = w.dtail = NULL
     while s != NULL:
         nxt = s.next
         s.rc = s.xrc = W_ERR_CLOSED
-        s.state = SUB_DONE
-        _signal_port(s)
+        w.queued_bytes -= s.nbytes
+        if s.seq > w.done_seq:
+            w.done_seq = s.seq
+        _complete(s)
         s = nxt
     zt_cond_broadcast(&w.done)
     zt_mutex_unlock(&w.mu)
+
+
+cdef void _defer_queued(WState* w) noexcept nogil:
+    """Move everything queued to the deferred list (under the mutex; its bytes stay counted)."""
+    if w.head == NULL:
+        return
+    if w.dtail == NULL:
+        w.dhead = w.head
+    else:
+        w.dtail.next = w.head
+    w.dtail = w.tail
+    w.head = w.tail = NULL
+
+
+cdef void _requeue_deferred(WState* w) noexcept nogil:
+    """Queue what waited for the transaction's end again (under the mutex)."""
+    cdef WSub* s = w.dhead
+    cdef WSub* nxt
+    w.dhead = w.dtail = NULL
+    while s != NULL:
+        nxt = s.next
+        w.queued_bytes -= s.nbytes  # counted again by _enqueue_ready
+        _enqueue_ready(w, s)
+        s = nxt
 
 
 cdef void _enqueue_ready(WState* w, WSub* s) noexcept nogil:
@@ -588,6 +667,11 @@ cdef void _enqueue_ready(WState* w, WSub* s) noexcept nogil:
     else:
         w.tail.next = s
     w.tail = s
+
+
+# Tokens of explicit transactions, unique in the process (a context remembers the ones it is
+# inside: see _writing.Transaction).
+cdef int64_t _next_token = 0
 
 
 cdef class Submission:
@@ -609,7 +693,7 @@ cdef class Submission:
         self.finished = False
 
     def __dealloc__(self):
-        if self.queued and self.sub.state != SUB_DONE:
+        if self.queued and zt_load_acquire(&self.sub.state) != SUB_DONE:
             # Still in a writer's hands (in a forked child, the parent's): leaking beats
             # freeing memory another thread may read.
             return
@@ -621,7 +705,12 @@ cdef class Submission:
 
     @property
     def done(self):
-        return self.sub.state == SUB_DONE
+        return zt_load_acquire(&self.sub.state) == SUB_DONE
+
+    @property
+    def joined(self):
+        """The submission joined the store's open explicit transaction when it was queued."""
+        return self.sub.txn != 0
 
     @property
     def changes(self):
@@ -646,10 +735,10 @@ cdef class Submission:
         if it failed."""
         cdef WState* w = self.writer.w
         cdef WSub* s = self.sub
-        if s.state != SUB_DONE:
+        if zt_load_acquire(&s.state) != SUB_DONE:
             with nogil:
                 zt_mutex_lock(&w.mu)
-                while s.state != SUB_DONE:
+                while zt_load_acquire(&s.state) != SUB_DONE:
                     zt_cond_wait(&w.done, &w.mu)
                 zt_mutex_unlock(&w.mu)
         self._finish()
@@ -659,7 +748,7 @@ cdef class Submission:
 
     def collect(self):
         """Once done: release the buffers and return the error (None if it succeeded)."""
-        if self.sub.state != SUB_DONE:
+        if zt_load_acquire(&self.sub.state) != SUB_DONE:
             raise RuntimeError("collect() of a submission the writer has not finished")
         self._finish()
         return self.error()
@@ -667,28 +756,33 @@ cdef class Submission:
     def error(self):
         """The exception for a failed submission (None if it succeeded or is not done)."""
         cdef WSub* s = self.sub
-        if s.state != SUB_DONE or s.rc == SQLITE_OK:
+        if zt_load_acquire(&s.state) != SUB_DONE or s.rc == SQLITE_OK:
             return None
-        path = self.writer.path
-        if s.rc == W_ERR_CLOSED:
-            return _errors.ClosedError(
-                f"{path!r} was closed before this write could run (it waited for another "
-                "thread's explicit transaction, which never ended); nothing was written"
-            )
-        if s.rc == W_ERR_NO_TRANSACTION:
-            return _errors.SQLiteError(
-                f"{path!r}: the explicit transaction this write belongs to was rolled back by "
-                "an earlier error; nothing of the transaction is stored",
-                filename=path,
-            )
-        if s.rc == W_ERR_NOMEM:
-            return MemoryError()
         key = self.names[s.failed] if 0 <= s.failed < len(self.names) else self.names[0]
         message = s.errmsg.decode("utf-8", "replace") if s.errmsg != NULL else ""
-        context = f"cannot write {key!r}"
-        if (s.rc & 0xFF) in (SQLITE_BUSY, SQLITE_LOCKED):
-            context += f": gave up after waiting {self.writer.busy_timeout:g} s for a lock"
-        return _errors.sqlite_error(s.rc, s.xrc, message, filename=path, context=context)
+        return _write_error(self.writer, s.rc, s.xrc, message, key)
+
+
+cdef object _write_error(Writer writer, int rc, int xrc, str message, object key):
+    """The exception for a write that failed with `rc` (SQLite's or one of the W_ERR_ codes)."""
+    path = writer.path
+    if rc == W_ERR_CLOSED:
+        return _errors.ClosedError(
+            f"{path!r} was closed before this write could run (an explicit transaction was "
+            "open, and closing rolled it back); nothing was written"
+        )
+    if rc == W_ERR_NO_TRANSACTION:
+        return _errors.SQLiteError(
+            f"{path!r}: the explicit transaction this write belongs to was rolled back by "
+            "an earlier error; nothing of the transaction is stored",
+            filename=path,
+        )
+    if rc == W_ERR_NOMEM:
+        return MemoryError()
+    context = f"cannot write {key!r}"
+    if (rc & 0xFF) in (SQLITE_BUSY, SQLITE_LOCKED):
+        context += f": gave up after waiting {writer.busy_timeout:g} s for a lock"
+    return _errors.sqlite_error(rc, xrc, message, filename=path, context=context)
 
 
 cdef class Port:
@@ -795,12 +889,14 @@ cdef class Writer:
     cdef bint started
     cdef bint _closed
     cdef dict _owners  # address of a queued WSub -> its Submission (keeps it alive)
+    cdef object _joined  # submissions that joined the transaction without a waiter, in order
 
     def __cinit__(self):
         self.w = NULL
         self.started = False
         self._closed = False
         self._owners = {}
+        self._joined = _deque()
 
     def __init__(self, Database db, *, batch_bytes=64 << 20, queue_bytes=256 << 20,
                  blob_min=128 << 10, touch_sql=None, touch_every=0.5, max_age=2e-3,
@@ -930,11 +1026,11 @@ cdef class Writer:
             )
         return 0
 
-    def submit(self, ops, *, int64_t token=0, Port port=None, bint block=True):
+    def submit(self, ops, *, Port port=None, bint block=True):
         """Queue `ops`, a list of (kind, key, value), as one submission: kind "set",
-        "set_if_absent", "delete" or "delete_prefix" (value None for the deletes). `token`:
-        the explicit transaction the caller takes part in (0: none). When the queue is full,
-        waits (GIL released), or with block=False returns None."""
+        "set_if_absent", "delete" or "delete_prefix" (value None for the deletes). While an
+        explicit transaction is open the submission joins it (`Submission.joined`). When the
+        queue is full, waits (GIL released), or with block=False returns None."""
         cdef list items = list(ops)
         cdef Py_ssize_t n = len(items)
         cdef Submission sub = Submission()
@@ -955,7 +1051,6 @@ cdef class Writer:
         if s.ops == NULL:
             raise MemoryError()
         s.nops = n
-        s.txn = token
         s.port = port.port if port is not None else NULL
         s.hinted = port is not None
         s.failed = -1
@@ -964,23 +1059,23 @@ cdef class Writer:
         sub.names = []
         nbytes = _gather_ops(items, s.ops, sub.buffers, sub.keep, sub.names, self.path)
         s.nbytes = nbytes
+        # Registered before it is queued: once queued, the writer may finish it and an event
+        # loop drain its port at any moment, and the drain releases what it finds here.
+        self._owners[<Py_ssize_t>s] = sub
+        if port is not None:
+            port.pending += 1
+        if self._joined:
+            self._unpin()
         with nogil:
             zt_mutex_lock(&w.mu)
             while True:
                 if w.stop:
                     stopped = True
                     break
-                if w.txn != 0 and token != w.txn:
-                    # Another thread's explicit transaction is open: wait for its end.
-                    s.next = NULL
-                    if w.dtail == NULL:
-                        w.dhead = s
-                    else:
-                        w.dtail.next = s
-                    w.dtail = s
-                    queued = True
-                    break
                 if w.queued_bytes == 0 or w.queued_bytes + nbytes <= w.queue_max:
+                    s.txn = w.txn
+                    if s.txn != 0:
+                        s.port = NULL  # nobody waits for it: see _unpin
                     _enqueue_ready(w, s)
                     zt_cond_signal(&w.work)
                     queued = True
@@ -991,14 +1086,41 @@ cdef class Writer:
             if queued:
                 sub.queued = True
             zt_mutex_unlock(&w.mu)
-        if stopped:
-            raise _errors.ClosedError(f"the writer of {self.path!r} is closed")
         if not queued:
+            del self._owners[<Py_ssize_t>s]
+            if port is not None:
+                port.pending -= 1
+            if stopped:
+                raise _errors.ClosedError(f"the writer of {self.path!r} is closed")
             return None
-        self._owners[<Py_ssize_t>s] = sub
-        if port is not None:
-            port.pending += 1
+        if s.txn != 0:
+            # Nobody waits for it (its error is the transaction's): kept until the writer is
+            # done with it, and let go by the next submission or the transaction's end.
+            self._joined.append(sub)
+            if port is not None:
+                port.pending -= 1
         return sub
+
+    def write(self, ops):
+        """Queue `ops` and, unless they joined the open explicit transaction, wait until they
+        are committed (GIL released); raises the write's error. One call, so that no signal
+        can come between queueing and waiting."""
+        cdef Submission sub = self.submit(ops)
+        if sub.sub.txn == 0:
+            sub.wait()
+
+    cdef int _unpin(self) except -1:
+        """Let go of the finished writes that joined the transaction without a waiter (their
+        errors are the transaction's: see _record_transaction_error)."""
+        cdef Submission sub
+        joined = self._joined
+        while joined:
+            sub = joined[0]
+            if zt_load_acquire(&sub.sub.state) != SUB_DONE:
+                break
+            joined.popleft()
+            sub._finish()
+        return 0
 
     def flush(self):
         """Everything queued so far is all the caller has for now: commit it without waiting
@@ -1021,33 +1143,55 @@ cdef class Writer:
                 zt_cond_wait(&w.done, &w.mu)
             zt_mutex_unlock(&w.mu)
 
-    def hold(self, bint drain=True):
+    cdef int _hold(self, bint drain, int64_t mark) except -1:
         """Take the connection from the thread, waiting with the GIL released: with `drain`,
-        until everything queued so far is written, else until the current batch is. Returns
-        the Database, which is the caller's until release()."""
+        until everything queued so far is written, else until the current batch is. `mark` > 0:
+        first wait until no other explicit transaction is open or beginning, and reserve the
+        start for the caller; `mark` < 0: mark the open one as ending at the moment of asking
+        (what is queued after is not the transaction's). Raises ClosedError once close() has
+        started."""
         cdef WState* w = self.w
         cdef int64_t target
+        cdef bint refused = False
         self._check()
         with nogil:
             zt_mutex_lock(&w.mu)
-            target = w.next_seq if drain else w.done_seq
-            w.hold_waiters += 1
-            if w.hold_limit < target:
-                w.hold_limit = target
-            while w.held or w.busy or w.done_seq < target:
-                zt_cond_wait(&w.done, &w.mu)
-            w.held = 1
-            w.hold_waiters -= 1
-            if w.hold_waiters == 0:
-                w.hold_limit = -1
+            if mark > 0:
+                while (w.txn_open or w.txn_pending) and not w.closing:
+                    zt_cond_wait(&w.done, &w.mu)
+            if w.closing:
+                refused = True
+            else:
+                if mark > 0:
+                    w.txn_pending = True
+                elif mark < 0:
+                    w.txn = 0
+                target = w.next_seq if drain else w.done_seq
+                w.hold_waiters += 1
+                if w.hold_limit < target:
+                    w.hold_limit = target
+                while (w.held or w.busy or w.done_seq < target) and not w.closing:
+                    zt_cond_wait(&w.done, &w.mu)
+                w.hold_waiters -= 1
+                if w.hold_waiters == 0:
+                    w.hold_limit = -1
+                if w.closing:
+                    refused = True
+                    if mark > 0:
+                        w.txn_pending = False
+                else:
+                    w.held = 1
+                zt_cond_broadcast(&w.work)
+                zt_cond_broadcast(&w.done)
             zt_mutex_unlock(&w.mu)
+        if refused:
+            raise _errors.ClosedError(f"the store {self.path!r} is closing")
         self.db._leave()
-        return self.db
+        return 0
 
-    def release(self):
-        """Give the connection back to the thread."""
+    cdef void _release(self) noexcept:
         cdef WState* w = self.w
-        self.db._enter()
+        self.db.busy = 1  # the thread's again (see __init__)
         with nogil:
             zt_mutex_lock(&w.mu)
             w.held = 0
@@ -1055,32 +1199,151 @@ cdef class Writer:
             zt_cond_broadcast(&w.done)
             zt_mutex_unlock(&w.mu)
 
-    def begin_transaction(self, int64_t token):
-        """While holding, after BEGIN: writes submitted with `token` join the transaction;
-        everyone else's wait for end_transaction()."""
+    def holding(self, bint drain=True):
+        """A context manager giving the write connection for the block: taken from the thread
+        once everything queued so far is written (with `drain`), given back at the end."""
+        return _Holding(self, drain)
+
+    @property
+    def in_transaction(self):
+        """An explicit transaction is open (read without the lock: a hint for choosing a
+        connection; membership of writes is decided under the lock)."""
+        return self.w.txn_open
+
+    @property
+    def transaction(self):
+        """The token of the open explicit transaction (0: none)."""
+        return self.w.txn if self.w.txn_open else 0
+
+    def begin(self, int64_t inside, list levels):
+        """Open a level of explicit transaction: a savepoint in transaction `inside` if it is
+        still open (the caller works inside it), else a new transaction, once any other has
+        ended (BEGIN IMMEDIATE). Appends the transaction's token to `levels` the moment the
+        level is open (so that a caller interrupted right after can end it); returns it."""
+        global _next_token
         cdef WState* w = self.w
-        if token == 0:
-            raise ValueError("a transaction token is never 0")
+        cdef int64_t token
+        cdef int began = 0
+        cdef bint nested
         with nogil:
             zt_mutex_lock(&w.mu)
-            w.txn = token
+            nested = inside != 0 and w.txn_open and w.txn == inside
             zt_mutex_unlock(&w.mu)
+        if nested:
+            token = inside
+            self._hold(True, 0)
+        else:
+            _next_token += 1
+            token = _next_token
+            self._hold(True, token)
+        try:
+            if nested and not (w.txn_open and w.txn == token):
+                raise _errors.MisuseError(
+                    f"the transaction on {self.path!r} this block was opened inside has ended",
+                    code=SQLITE_MISUSE,
+                )
+            began = self.db._begin_if_needed(S_BEGIN_WRITE)
+            levels.append(token)
+            with nogil:
+                zt_mutex_lock(&w.mu)
+                w.txn_depth += 1
+                if not nested:
+                    # The mark: what was queued while this waited for the connection and the
+                    # lock is not the transaction's; it waits for its end.
+                    _defer_queued(w)
+                    w.txn = token
+                    w.txn_open = True
+                    w.txn_pending = False
+                zt_cond_broadcast(&w.done)
+                zt_mutex_unlock(&w.mu)
+        except BaseException:
+            if began:
+                self.db._finish(began, False)
+            if not nested:
+                with nogil:
+                    zt_mutex_lock(&w.mu)
+                    w.txn_pending = False
+                    zt_cond_broadcast(&w.done)
+                    zt_mutex_unlock(&w.mu)
+            raise
+        finally:
+            self._release()
+        return token
 
-    def end_transaction(self):
-        """While holding, after COMMIT or ROLLBACK: what waited for the transaction is queued."""
+    def end(self, int64_t token, bint ok):
+        """End the innermost level of transaction `token`: once every write queued so far is
+        written, commit it (or release its savepoint) if `ok` and none of its writes failed,
+        else roll it back. Raises the first failed write's error, or why the commit failed."""
         cdef WState* w = self.w
-        cdef WSub* s
-        cdef WSub* nxt
+        cdef bint outermost
+        cdef int rc
+        err = None
+        self._check()
+        if not (w.txn_open and w.txn_depth > 0 and w.txn == token):
+            raise _errors.MisuseError(
+                f"transaction {token} is not open on {self.path!r}", code=SQLITE_MISUSE
+            )
+        outermost = w.txn_depth == 1
+        try:
+            self._hold(True, -1 if outermost else 0)
+        except BaseException:
+            if outermost:
+                self._forget_transaction()  # closing: close() rolls it back
+            raise
+        try:
+            if w.txn_rc != SQLITE_OK:
+                # A write of the transaction failed: this level ends with its error.
+                err = _write_error(
+                    self, w.txn_rc, w.txn_xrc,
+                    w.txn_errmsg.decode("utf-8", "replace") if w.txn_errmsg != NULL else "",
+                    w.txn_errkey.decode("utf-8", "replace") if w.txn_errkey != NULL else "?",
+                )
+                with nogil:
+                    zt_mutex_lock(&w.mu)
+                    _clear_transaction_error(w)
+                    zt_mutex_unlock(&w.mu)
+                ok = False
+            if sqlite3_get_autocommit(self.db.db):
+                # SQLite rolled the transaction back itself after an error inside it.
+                if ok:
+                    err = _errors.SQLiteError(
+                        f"{self.path!r}: the transaction was rolled back after an error inside "
+                        "it; nothing of it was written",
+                        filename=self.path,
+                    )
+            else:
+                if ok and outermost and w.st_touch != NULL:
+                    with nogil:
+                        rc = _step_done(w.st_touch)
+                    if rc != SQLITE_OK:
+                        err = self.db._error(rc, "cannot record the modification time")
+                        ok = False
+                self.db._finish(1 if outermost else 2, ok)
+        finally:
+            if outermost:
+                self._forget_transaction()
+            else:
+                with nogil:
+                    zt_mutex_lock(&w.mu)
+                    w.txn_depth -= 1
+                    zt_mutex_unlock(&w.mu)
+            self._release()
+            if outermost and self._joined:
+                self._unpin()
+        if err is not None:
+            raise err
+
+    cdef void _forget_transaction(self) noexcept:
+        cdef WState* w = self.w
         with nogil:
             zt_mutex_lock(&w.mu)
             w.txn = 0
-            s = w.dhead
-            w.dhead = w.dtail = NULL
-            while s != NULL:
-                nxt = s.next
-                _enqueue_ready(w, s)
-                s = nxt
+            w.txn_open = False
+            w.txn_depth = 0
+            _clear_transaction_error(w)
+            _requeue_deferred(w)
             zt_cond_broadcast(&w.work)
+            zt_cond_broadcast(&w.done)
             zt_mutex_unlock(&w.mu)
 
     @property
@@ -1130,12 +1393,21 @@ cdef class Writer:
 
     def close(self):
         """Write everything queued, stop the thread, and give the Database back to Python.
-        Must not be called while holding."""
+        Holds asked for from now on, and those still waiting, raise ClosedError; one granted
+        already is waited for. Must not be called while holding."""
+        cdef WState* w = self.w
         if self._closed:
             return
         self._closed = True
         if not self.started or self.pid != _current_pid:
             return  # never started, or the thread lives in the parent process
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            w.closing = True
+            zt_cond_broadcast(&w.done)
+            while w.held:
+                zt_cond_wait(&w.done, &w.mu)
+            zt_mutex_unlock(&w.mu)
         self._stop()
         self.db._leave()
 
@@ -1162,6 +1434,33 @@ cdef class Writer:
         zt_cond_destroy(&w.done)
         zt_cond_destroy(&w.ck_cv)
         zt_mutex_destroy(&w.mu)
+        _clear_transaction_error(w)
         free(w.batch)
         free(w)
         self.w = NULL
+
+
+cdef class _Holding:
+    """`with writer.holding() as db:` (see Writer.holding). The connection is taken inside
+    __enter__ and given back by __exit__ only if it was taken: the with statement protects the
+    block from the moment __enter__ returns, so no signal can come between the two."""
+
+    cdef Writer writer
+    cdef bint drain
+    cdef bint held
+
+    def __cinit__(self, Writer writer, bint drain):
+        self.writer = writer
+        self.drain = drain
+        self.held = False
+
+    def __enter__(self):
+        self.writer._hold(self.drain, 0)
+        self.held = True
+        return self.writer.db
+
+    def __exit__(self, exc_type, exc, tb):
+        if self.held:
+            self.held = False
+            self.writer._release()
+        return False

@@ -7,25 +7,24 @@ thread. A call returns once its data is committed:
 - a coroutine awaits a future that the event loop settles when the writer reports completion
   through the loop's port (a file descriptor the loop watches; one port per loop);
 - a synchronous caller waits on the writer with the GIL released.
-Explicit transactions (`store.transaction()`) mark their participants' submissions with the
-transaction's token: the writer writes them inside the open transaction, and holds everyone
-else's until it ends.
+Explicit transactions (`store.transaction()`): the store object is the session, as an SQLite
+connection is. While one is open, every write through the store joins it, whatever thread,
+event loop or zarr worker it comes from; the writer decides that under its lock at the moment
+the write is queued, and marks the transaction's start and end the same way (see _writer.pxi).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import threading
-import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from zarrdb import _format, _zarr_shim
-from zarrdb._core import Database, Port, Submission, Writer
+from zarrdb import _format
+from zarrdb._core import Database, Port, Writer
 
 if TYPE_CHECKING:
     from zarrdb.store import SQLiteStore
@@ -74,16 +73,14 @@ MODIFIED_AT_INTERVAL = 0.5
 # (kind, key, value): "set" | "set_if_absent" | "delete" | "delete_prefix"
 Op = tuple[str, str, Any]
 
-# The explicit transaction the current context takes part in. zarr's synchronous API runs its
-# coroutines on its own event-loop thread with a copy of the caller's context (and
-# asyncio.to_thread copies it again), so zarr's work for the thread that opened a transaction
-# carries this mark, while its work for other threads does not.
-_TRANSACTION: ContextVar[int] = ContextVar("zarrdb_transaction", default=0)
-_tokens = itertools.count(1)
+# The explicit transactions (their tokens) the current context works inside: a transaction()
+# entered there nests in the open one as a savepoint, where one entered elsewhere waits for it
+# to end. Which writes join a transaction is not decided here: all of the store's do.
+_INSIDE: ContextVar[tuple[int, ...]] = ContextVar("zarrdb_transactions", default=())
 
 
 class Writing:
-    """The writer of one store in one process, its ports, and its explicit transaction."""
+    """The writer of one store in one process and its ports."""
 
     def __init__(self, db: Database, *, durability: str, journal: str) -> None:
         self.db = db
@@ -106,136 +103,23 @@ class Writing:
         )
         self.ports: dict[int, _LoopPort] = {}  # id(loop) -> its port
         self.ports_lock = threading.Lock()
-        # The explicit transaction: its depth, its token (0: none), and a condition other
-        # threads wait on for its end.
-        self.depth = 0
-        self.token = 0
-        self.ended = threading.Condition()
-        self.level_writes: list[list[Submission]] = []  # per level: writes not waited for
 
-    # --- the connection itself ---------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def hold(self, drain: bool = True) -> Iterator[Database]:
-        """The write connection, taken from the writer thread for the block: with `drain`, once
-        everything queued so far is committed."""
-        db = self.writer.hold(drain)
-        try:
-            yield db
-        finally:
-            self.writer.release()
-
-    # --- explicit transactions -----------------------------------------------------------------
+    def hold(self, drain: bool = True) -> Any:
+        """The write connection for a `with` block, taken from the writer thread: with `drain`,
+        once everything queued so far is written."""
+        return self.writer.holding(drain)
 
     def in_transaction(self) -> bool:
-        """True if the caller takes part in the open explicit transaction: the code inside the
-        block and zarr's work for it (marked through the context), or zarr's codec threads,
-        which do not carry the context along."""
-        if not self.token:
-            return False
-        mark = _TRANSACTION.get()
-        return mark == self.token or (mark == 0 and _zarr_shim.in_codec_pool())
-
-    def caller_token(self) -> int:
-        return self.token if self.in_transaction() else 0
-
-    def wait_for_other_transaction(self) -> None:
-        """Block while an explicit transaction the caller takes no part in is open."""
-        if not self.depth:
-            return
-        with self.ended:
-            while self.depth and not self.in_transaction():
-                # Timed: a thread zarr has just started joins its pool's list a moment later.
-                self.ended.wait(0.01)
-
-    def begin(self) -> tuple[Any, Any]:
-        """Open a transaction level for the caller; returns what end() needs."""
-        with self.ended:
-            while self.depth and not self.in_transaction():
-                self.ended.wait(0.01)
-            outermost = self.depth == 0
-            self.depth += 1  # reserved: other threads now wait
-        try:
-            with self.hold() as db:
-                inner = db.transaction()
-                inner.__enter__()  # BEGIN IMMEDIATE, or a savepoint when nested
-                if outermost:
-                    self.token = next(_tokens)
-                    self.writer.begin_transaction(self.token)
-        except BaseException:
-            with self.ended:
-                self.depth -= 1
-                self.ended.notify_all()
-            raise
-        self.level_writes.append([])
-        return inner, _TRANSACTION.set(self.token)
-
-    def end(self, state: tuple[Any, Any], exc_type: Any, exc: Any, tb: Any) -> None:
-        """End the caller's innermost level: once every write queued inside it is written,
-        commit (or release its savepoint), or roll it back if the block raised or one of its
-        writes failed (that write's error is raised)."""
-        inner, mark = state
-        _TRANSACTION.reset(mark)
-        outermost = self.depth == 1
-        writes = self.level_writes.pop()
-        try:
-            with self.hold() as db:
-                try:
-                    failed = _first_error(writes)
-                    if failed is not None and exc_type is None:
-                        inner.__exit__(type(failed), failed, None)
-                        raise failed
-                    if exc_type is None and outermost:
-                        try:
-                            db.execute(_format.TOUCH_MODIFIED_AT)
-                        except BaseException as touch_error:
-                            inner.__exit__(type(touch_error), touch_error, None)
-                            raise
-                    inner.__exit__(exc_type, exc, tb)
-                finally:
-                    if outermost:
-                        self.writer.end_transaction()
-        finally:
-            with self.ended:
-                self.depth -= 1
-                if outermost:
-                    self.token = 0
-                self.ended.notify_all()
-
-    def _queued_in_transaction(self, sub: Submission) -> None:
-        """A participant's write does not wait to be written: the transaction is committed (or
-        rolled back with the write's error) at its end, and reads inside it wait for the queue
-        first. Kept until then; every so often the ones written fine are let go."""
-        writes = self.level_writes[-1]
-        writes.append(sub)
-        if len(writes) >= 4096 and len(writes) % 4096 == 0:
-            writes[:] = [w for w in writes if not w.done or w.collect() is not None]
+        """An explicit transaction is open on this store."""
+        return self.writer.in_transaction
 
     # --- submitting ------------------------------------------------------------------------------
 
-    def _thread_token(self) -> int:
-        """caller_token() for a thread. A thread zarr has just started for its codec pool
-        joins the pool's list a moment after it starts running: while a transaction is open,
-        look again for a short while before taking the caller for an outsider (whose write
-        waits for the transaction's end: a participant's would never be written)."""
-        if not self.token:
-            return 0
-        token = self.caller_token()
-        deadline = time.monotonic() + 0.1
-        while not token and self.token and time.monotonic() < deadline:
-            time.sleep(0.005)
-            token = self.caller_token()
-        return token
-
     def write_sync(self, ops: Sequence[Op]) -> None:
-        """Queue `ops` and return once they are committed; raises the write's error. Inside
-        the caller's explicit transaction, returns once they are queued (see end())."""
-        token = self._thread_token()
-        sub = self.writer.submit(ops, token=token)
-        if token:
-            self._queued_in_transaction(sub)
-        else:
-            sub.wait()
+        """Queue `ops` and return once they are committed; raises the write's error. While an
+        explicit transaction is open, returns once they are queued: they are the
+        transaction's, committed or rolled back with it."""
+        self.writer.write(ops)
 
     async def write_async(self, ops: Sequence[Op]) -> None:
         """As write_sync, for a coroutine: the event loop runs on while the writer works."""
@@ -243,24 +127,23 @@ class Writing:
         port = self.ports.get(id(loop))
         if port is None or port.loop() is not loop:
             port = self._port(loop)
-        token = self.token and self.caller_token()
-        sub = self.writer.submit(ops, token=token, port=port.port, block=False)
+        sub = self.writer.submit(ops, port=port.port, block=False)
         if sub is None:
-            # The queue is full: wait for room in a worker thread, not on the loop.
-            sub = await asyncio.to_thread(self.writer.submit, ops, token=token, port=port.port)
+            # The queue is full (or a transaction is opening): wait in a worker thread, not on
+            # the loop.
+            sub = await asyncio.to_thread(self.writer.submit, ops, port=port.port)
+            port.hint(loop)
+            if sub.joined:
+                return
             if sub.done:  # possibly drained already, before a future was attached
-                port.hint(loop)
-                if token:
-                    self._queued_in_transaction(sub)
-                    return
                 err = sub.error()
                 if err is not None:
                     raise err
                 return
-        port.hint(loop)
-        if token:
-            self._queued_in_transaction(sub)
-            return
+        else:
+            port.hint(loop)
+            if sub.joined:
+                return
         future = loop.create_future()
         sub.future = future
         await future
@@ -293,16 +176,6 @@ class Writing:
                 port.settle()
                 port.close()
             self.ports.clear()
-
-
-def _first_error(writes: list[Submission]) -> BaseException | None:
-    """The error of the first failed write among `writes` (all done), releasing them all."""
-    failed = None
-    for sub in writes:
-        err = sub.collect()
-        if err is not None and failed is None:
-            failed = err
-    return failed
 
 
 class _LoopPort:
@@ -405,37 +278,101 @@ class _LoopPort:
             loop.remove_reader(self.port.fileno())
 
 
+class _Level:
+    """One level of a Transaction entered: its writer, the list the writer puts the
+    transaction's token in the moment the level is open, and what resets the context's mark."""
+
+    __slots__ = ("writer", "opened", "mark")
+
+    def __init__(self, writer: Writer) -> None:
+        self.writer = writer
+        self.opened: list[int] = []
+        self.mark: Any = None
+
+    def inside(self) -> int:
+        """The open transaction the caller's context works inside (0: none)."""
+        current = self.writer.transaction
+        return current if current in _INSIDE.get() else 0
+
+    def entered(self) -> None:
+        self.mark = _INSIDE.set((*_INSIDE.get(), self.opened[0]))
+
+    def end(self, ok: bool) -> None:
+        if self.mark is not None:
+            with contextlib.suppress(ValueError, RuntimeError):  # another context set it
+                _INSIDE.reset(self.mark)
+            self.mark = None
+        self.writer.end(self.opened[0], ok)
+
+    def abandon(self) -> None:
+        """Roll back the level if it was opened for a caller who is gone (interrupted by a
+        signal as begin() returned, or a cancelled task)."""
+        if self.opened:
+            with contextlib.suppress(Exception):
+                self.end(False)
+
+
 class Transaction:
     """`with store.transaction():` and `async with store.transaction():`.
 
-    The code inside the block takes part in it, and so does the work zarr does for it on its own
-    event-loop and codec threads (zarr's synchronous API writes from there): those writes join
-    the transaction and those reads see it. Other threads' writes wait for the block to end;
-    their reads see committed data only. A nested block is a savepoint: if it raises, its writes
-    are undone."""
+    The store object is the session: while the block is open, every write through the store
+    joins the transaction, from any thread, event loop or zarr worker, and every read through
+    it sees the transaction's writes; other store objects and processes see only what is
+    committed. A transaction() entered inside the block (the same context: the code of the
+    block, tasks and threads started with its context) nests as a savepoint, undone if it
+    raises; entered anywhere else, it waits for the open one to end."""
 
     def __init__(self, store: SQLiteStore) -> None:
         self.store = store
-        self.levels: list[Any] = []  # what each level entered needs to end
+        self.levels: list[_Level] = []
 
-    def __enter__(self) -> SQLiteStore:
+    def _level(self) -> _Level:
         writing = self.store._connections_for_write().writing
         assert writing is not None
-        self.levels.append((writing, writing.begin()))
+        level = _Level(writing.writer)
+        self.levels.append(level)
+        return level
+
+    def __enter__(self) -> SQLiteStore:
+        level = self._level()
+        try:
+            level.writer.begin(level.inside(), level.opened)
+            level.entered()
+        except BaseException:
+            self.levels.remove(level)
+            level.abandon()
+            raise
         return self.store
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        writing, state = self.levels.pop()
-        writing.end(state, exc_type, exc, tb)
+        self.levels.pop().end(exc_type is None)
 
     async def __aenter__(self) -> SQLiteStore:
-        writing = self.store._connections_for_write().writing
-        assert writing is not None
-        if writing.depth and not writing.in_transaction():
-            # Another thread's transaction: wait for its end off the loop, which may be
-            # running that transaction's own work.
-            await asyncio.to_thread(writing.wait_for_other_transaction)
-        return self.__enter__()
+        # In a worker thread: waiting for another transaction, for the writes queued before,
+        # or for another process's lock must not stop the event loop, which may be running
+        # this transaction's own work. The context's mark is set here, in the coroutine.
+        level = self._level()
+        begin = asyncio.ensure_future(
+            asyncio.to_thread(level.writer.begin, level.inside(), level.opened)
+        )
+        try:
+            await asyncio.shield(begin)
+            level.entered()
+        except BaseException:
+            self.levels.remove(level)
+            if begin.done():
+                level.abandon()
+            else:  # cancelled: the thread goes on; end what it opens
+                begin.add_done_callback(lambda _: level.abandon())
+            raise
+        return self.store
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        self.__exit__(exc_type, exc, tb)
+        level = self.levels.pop()
+        if level.mark is not None:
+            with contextlib.suppress(ValueError, RuntimeError):
+                _INSIDE.reset(level.mark)
+            level.mark = None
+        # Shielded: a task cancelled while the commit runs must not leave it half done.
+        ending = asyncio.to_thread(level.writer.end, level.opened[0], exc_type is None)
+        await asyncio.shield(ending)

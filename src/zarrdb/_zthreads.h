@@ -233,4 +233,14 @@ static void zt_wake_clear(int rfd)
 }
 #endif /* POSIX */
 
+/* A flag one thread publishes and others read without the mutex: the store (release) makes
+ * everything written before it visible to a reader whose load (acquire) sees the new value. */
+#if defined(_MSC_VER)
+static int zt_load_acquire(volatile int *p) { return (int)InterlockedOr((volatile LONG *)p, 0); }
+static void zt_store_release(volatile int *p, int v) { InterlockedExchange((volatile LONG *)p, v); }
+#else
+#define zt_load_acquire(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define zt_store_release(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#endif
+
 #endif /* ZARRDB_ZTHREADS_H */

@@ -29,3 +29,5 @@ cdef extern from "_zthreads.h" nogil:
     void zt_wake_close(int rfd, int wfd)
     void zt_wake_signal(int wfd)
     void zt_wake_clear(int rfd)
+    int zt_load_acquire(int* p)
+    void zt_store_release(int* p, int v)

@@ -376,10 +376,13 @@ class SQLiteStore(FileOperations, Reads, Store):
     def transaction(self) -> Transaction:
         """A block whose writes to this store are one atomic commit.
 
-        Use it as `with store.transaction():` or `async with store.transaction():`. Every
-        write inside, from any thread working for the block (zarr's event loop and codec
-        threads included), joins one SQLite transaction, rolled back if the block raises.
-        Nested blocks join the outer one; reads inside see the block's own writes. Writes
+        Use it as `with store.transaction():` or `async with store.transaction():`. The store
+        object is the session: while the block is open, every write through this store
+        object joins one SQLite transaction, from any thread, event loop, zarr worker or dask
+        task, rolled back if the block raises; reads through it see the transaction's writes,
+        other store objects and processes only what is committed. A writer that must stay
+        out uses its own `SQLiteStore`. A block entered inside the open one nests as a
+        savepoint; entered from anywhere else, it waits for the open one to end. Writes
         inside do not wait to be written; one that fails ends the block with its error.
 
         Returns

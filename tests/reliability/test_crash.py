@@ -426,10 +426,11 @@ def test_interrupted_copy_leaves_nothing_behind(tmp_path, copy_source, signum):
 
 
 def test_acknowledged_write_from_another_thread_during_a_transaction(tmp_path):
-    """A thread calls set_sync while another thread holds `store.transaction()` open. The call
-    returned, so its data must be committed ("a call returns once its data is committed") and
-    survive a SIGKILL that lands before the transaction ends (and a rollback of the block, which
-    is not the caller's)."""
+    """A thread calls set_sync, through a store object of its own (a writer that must stay out
+    of a transaction: through the same store object its write would be the transaction's),
+    while another thread holds `store.transaction()` open. If the call returned, its data must
+    be committed ("a call returns once its data is committed") and survive a SIGKILL that lands
+    before the transaction ends (and a rollback of the block, which is not the caller's)."""
     path = tmp_path / "joined.zarrdb"
     script = (
         "import os, sys, threading, time\n"
@@ -437,11 +438,13 @@ def test_acknowledged_write_from_another_thread_during_a_transaction(tmp_path):
         "from zarr.core.buffer import default_buffer_prototype\n"
         "buf = default_buffer_prototype().buffer\n"
         f"store = SQLiteStore({str(path)!r})\n"
+        f"own = SQLiteStore({str(path)!r})\n"
         "store.set_sync('before', buf.from_bytes(b'0'))\n"
+        "own.ensure_open()\n"
         "inside = threading.Event()\n"
         "def other():\n"
         "    inside.wait()\n"
-        "    store.set_sync('other-thread', buf.from_bytes(b'acknowledged'))\n"
+        "    own.set_sync('other-thread', buf.from_bytes(b'acknowledged'))\n"
         "    os.write(1, b'acknowledged\\n')\n"
         "threading.Thread(target=other).start()\n"
         "os.write(1, b'started\\n')\n"
@@ -452,7 +455,8 @@ def test_acknowledged_write_from_another_thread_during_a_transaction(tmp_path):
     )
     child = ReportingChild(["-c", script], tmp_path / "joined.stderr")
     assert child.wait_for("started", timeout=60), child.stderr()
-    # A call that joins the transaction returns at once; a correct one waits for it to end.
+    # A call that joined the transaction would return at once; one of its own waits for the
+    # transaction's lock.
     acknowledged = child.wait_for("acknowledged", timeout=3)
     if acknowledged:
         time.sleep(0.2)
@@ -464,7 +468,8 @@ def test_acknowledged_write_from_another_thread_during_a_transaction(tmp_path):
     assert not acknowledged or contents.get("other-thread") == b"acknowledged", (
         "set_sync from another thread returned while store.transaction() was open in this "
         "thread, and its write was lost when the process died before the transaction ended: "
-        "the call joined a transaction it does not own and returned before any commit"
+        "the call, through its own store object, joined a transaction it does not own and "
+        "returned before any commit"
     )
     if not acknowledged:  # it waited for the transaction instead: also a correct answer
         assert "other-thread" not in contents
@@ -483,20 +488,21 @@ OTHER_THREAD_WRITES = {
 @pytest.mark.parametrize("how", sorted(OTHER_THREAD_WRITES))
 def test_rolled_back_transaction_keeps_other_threads_writes(tmp_path, how):
     """The same in one process: the block that holds the transaction raises, its own writes
-    are rolled back, and a write that another thread made (and that returned) must stay,
-    whichever API that thread used."""
+    are rolled back, and a write that another thread made through a store object of its own
+    (and that returned) must stay, whichever API that thread used."""
     path = tmp_path / "rollback.zarrdb"
-    with opened(path) as store:
-        arr = zarr.create_array(
+    with opened(path) as store, opened(path) as own:
+        zarr.create_array(
             store, name="other", shape=(4,), chunks=(2,), dtype="int32", fill_value=0
         )
+        arr = zarr.open_array(own, path="other", mode="r+")
         inside, returned = threading.Event(), threading.Event()
         failures: list[BaseException] = []
 
         def other():
             inside.wait()
             try:
-                OTHER_THREAD_WRITES[how](store, arr)
+                OTHER_THREAD_WRITES[how](own, arr)
             except BaseException as exc:  # noqa: BLE001 - reported below
                 failures.append(exc)
             returned.set()

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -235,21 +237,58 @@ def hot_journal_file(tmp_path) -> Path:
     return path
 
 
+def planted(journal_file: Path) -> Path:
+    """`journal_file`'s hot journal, made another user's (as one planted beside it would be)."""
+    journal = Path(f"{journal_file}-journal")
+    os.chown(journal, 65534, 65534)
+    return journal
+
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="giving the journal another owner needs root (CI runs as root)"
+)
+
+
 @pytest.mark.parametrize("command", ["info", "tree", "check"])
-def test_a_hot_journal_is_named_not_called_permission_denied(hot_journal_file, command):
-    """Read-only commands on a file with a hot journal say what it is and what to do, in one
-    line, and leave the file and the journal as they were."""
+def test_a_crashed_writers_journal_is_rolled_back_by_a_read_only_command(hot_journal_file, command):
+    """A hot journal of the file's own owner (its writer crashed) is rolled back, as any
+    connection that may write would, and the command reads the file as last committed."""
+    before = sqlite_rows_after_rollback(hot_journal_file)
+    assert_ok(run(command, hot_journal_file))
+    assert not Path(f"{hot_journal_file}-journal").exists()
+    assert sqlite_rows(hot_journal_file) == before
+
+
+@needs_root
+@pytest.mark.parametrize("command", ["info", "tree", "check"])
+def test_a_planted_hot_journal_is_named_and_left_alone(hot_journal_file, command):
+    """A hot journal of another user beside the file is never rolled back into it: read-only
+    commands say what it is and what to do, in one line, and leave the file and the journal as
+    they were (it was called "permission denied" before)."""
+    planted(hot_journal_file)
     before = fingerprint(hot_journal_file)
     line = assert_bad_input(run(command, hot_journal_file), f"{hot_journal_file}-journal")
     assert "permission denied" not in line
-    assert "interrupted" in line and "remove" in line
+    assert "another user" in line and "remove" in line
     assert fingerprint(hot_journal_file) == before
 
 
-def test_a_hot_journal_error_from_the_store_names_the_journal(hot_journal_file):
+@needs_root
+def test_a_planted_hot_journal_error_from_the_store_names_the_journal(hot_journal_file):
     """The library's own error (ReadOnlyError, as before) says which file and why."""
+    planted(hot_journal_file)
     store = SQLiteStore(hot_journal_file, read_only=True)
     with pytest.raises(errors.ReadOnlyError, match="-journal") as raised:
         store.ensure_open()
     store.close()
-    assert "interrupted" in str(raised.value)
+    assert "another user" in str(raised.value)
+    assert Path(f"{hot_journal_file}-journal").stat().st_uid == 65534
+
+
+def sqlite_rows_after_rollback(path: Path) -> list:
+    """The rows of a copy of `path` and its journal, rolled back by Python's own sqlite3."""
+    with tempfile.TemporaryDirectory() as folder:
+        copy = Path(folder) / "copy.zarrdb"
+        shutil.copyfile(path, copy)
+        shutil.copyfile(f"{path}-journal", f"{copy}-journal")
+        return sqlite_rows(copy)

@@ -151,7 +151,7 @@ def ensure_open(store: SQLiteStore, path: str, *, checking: bool = False) -> Non
         ) from None
     except errors.ReadOnlyError as exc:
         if exc.extended_code == errors.SQLITE_READONLY_ROLLBACK:
-            raise BadInput(hot_journal(path)) from None
+            raise BadInput(hot_journal(path, exc)) from None
         raise BadInput(
             f"{path}: permission denied (check the permissions of the file and its folder)"
         ) from None
@@ -161,14 +161,11 @@ def ensure_open(store: SQLiteStore, path: str, *, checking: bool = False) -> Non
         ) from None
 
 
-def hot_journal(path: str) -> str:
-    """What a read-only command says of a file left with a hot journal."""
-    return (
-        f"{path}: cannot be read: {path}-journal holds a transaction interrupted by a crash, "
-        "which only a writer can roll back. If the journal belongs to this file, open it once "
-        f"for writing (python -c \"import zarrdb; zarrdb.SQLiteStore({path!r}).ensure_open()\"); "
-        "if you did not expect it (someone else may have put it there), remove it"
-    )
+def hot_journal(path: str, exc: BaseException) -> str:
+    """What a read-only command says of a file left with a hot journal that the store would not
+    roll back (one of another user's, or one it may not write): the store's own reason."""
+    reason = str(exc).split("cannot be read: ", 1)[-1]
+    return f"{path}: cannot be read: {reason}"
 
 
 # --- .zarrdb files at a URL (read-only) ---------------------------------------------------------

@@ -1,0 +1,139 @@
+"""close() racing other threads (issue 24, defects 3 and 7).
+
+- A thread still waiting for the write connection when close() starts gets ClosedError: it is
+  never handed the connection that close() goes on to checkpoint and close.
+- close() is exception-safe: a reader busy in another thread does not keep it from closing the
+  writer and leaving the file in DELETE mode.
+
+Windows are widened deterministically: another process holds the write lock, or a reader runs
+a query that never ends by itself.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from zarr.core.buffer import cpu
+
+from zarrdb import SQLiteStore, errors
+
+JOIN_TIMEOUT = 30
+
+_LOCK_HOLDER = """
+import sqlite3, sys
+con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
+con.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.readline()
+con.execute("COMMIT")
+con.close()
+"""
+
+
+def buf(data: bytes) -> cpu.Buffer:
+    return cpu.Buffer.from_bytes(data)
+
+
+def file_state(path: Path) -> tuple[str, set[str]]:
+    """The journal mode and the keys of a closed file (standard library sqlite3)."""
+    con = sqlite3.connect(path)
+    try:
+        mode = con.execute("PRAGMA journal_mode").fetchone()[0]
+        return mode, {k for (k,) in con.execute("SELECT k FROM zarr")}
+    finally:
+        con.close()
+
+
+def test_close_refuses_a_hold_still_waiting(tmp_path: Path) -> None:
+    """A rename waits for the connection while the writer waits for another process's lock;
+    close() starts meanwhile. The rename must fail with ClosedError (not run on the connection
+    close() is checkpointing), and close() must finish cleanly."""
+    path = tmp_path / "race.zarrdb"
+    store = SQLiteStore(path, busy_timeout=JOIN_TIMEOUT, journal="wal")
+    store.set_sync("dir/x", buf(b"x"))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _LOCK_HOLDER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    outcome: dict[str, object] = {}
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        busy = threading.Thread(target=store.set_sync, args=("busy", buf(b"b")), daemon=True)
+        busy.start()
+        time.sleep(0.3)  # the writer thread waits for the lock with this write
+
+        def rename() -> None:
+            try:
+                outcome["rename"] = store.rename("dir", "renamed")
+            except BaseException as exc:  # noqa: BLE001 - checked below
+                outcome["rename"] = exc
+
+        waiting = threading.Thread(target=rename, daemon=True)
+        waiting.start()
+        time.sleep(0.3)  # the rename waits for the connection
+
+        def release() -> None:
+            time.sleep(0.5)  # close() has started
+            holder.stdin.write("\n")
+            holder.stdin.flush()
+
+        threading.Thread(target=release, daemon=True).start()
+        store.close()
+        waiting.join(JOIN_TIMEOUT)
+        busy.join(JOIN_TIMEOUT)
+        assert not waiting.is_alive() and not busy.is_alive()
+    finally:
+        holder.communicate(timeout=JOIN_TIMEOUT)
+    assert isinstance(outcome["rename"], errors.ClosedError), outcome
+    mode, keys = file_state(path)
+    assert mode == "delete"
+    assert keys == {"dir/x", "busy"}
+    assert not Path(f"{path}-wal").exists()
+
+
+def test_close_with_a_reader_busy_in_another_thread_still_closes_the_writer(
+    tmp_path: Path,
+) -> None:
+    """A read that does not end (a query running on the store's reader connection in another
+    thread) must not keep close() from closing the writer and leaving the file in DELETE
+    mode; the read is interrupted."""
+    path = tmp_path / "busy-reader.zarrdb"
+    store = SQLiteStore(path, journal="wal")
+    store.set_sync("k", buf(b"v"))
+    started = threading.Event()
+    outcome: dict[str, object] = {}
+
+    def endless_read() -> None:
+        db = store._connections().reader()
+        started.set()
+        try:
+            db.execute(
+                "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+                "SELECT count(*) FROM c"
+            )
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            outcome["read"] = exc
+
+    reader = threading.Thread(target=endless_read, daemon=True)
+    reader.start()
+    assert started.wait(JOIN_TIMEOUT)
+    time.sleep(0.2)  # the query runs
+    try:
+        store.close()
+    except errors.ZarrDBError as exc:
+        outcome["close"] = exc
+    assert "close" not in outcome, f"close() raised before closing the writer: {outcome}"
+    reader.join(JOIN_TIMEOUT)
+    assert not reader.is_alive(), "the endless read was not interrupted"
+    assert isinstance(outcome.get("read"), errors.OperationInterruptedError), outcome
+    mode, keys = file_state(path)
+    assert mode == "delete", "close() left the file in WAL mode"
+    assert keys == {"k"}
+    assert not Path(f"{path}-wal").exists()
