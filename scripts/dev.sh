@@ -11,6 +11,8 @@
 #                                  the benchmark page's figures: `zarrdb bench ARGS` (default
 #                                  `--full`) writing docs/benchmarks/results.{md,json} and bench.png
 #   scripts/dev.sh shell           a shell with the environment activated
+#   scripts/dev.sh build [CMD]     only the environment, the build and CMD's extras (default
+#                                  test), e.g. so that two commands can then run at once
 #   scripts/dev.sh plan CMD        what CMD would use (environment, build, extras), doing nothing
 #
 # PYTHON=/path/to/python3 picks the interpreter (otherwise scripts/find_python.sh does).
@@ -73,6 +75,7 @@ extras_of() {
         docs) echo docs ;;
         docs-bench) echo bench,plot ;;
         shell) echo test,bench,plot ;;
+        build) extras_of "${2:-test}" ;;
         *) return 1 ;;
     esac
 }
@@ -127,13 +130,18 @@ case "$cmd" in
             --json docs/benchmarks/results.json \
             --plot docs/benchmarks/bench.png
         ;;
+    build)
+        wanted=$(extras_of build "${1:-test}") || { echo "usage: scripts/dev.sh build [demo|test|bench|docs|docs-bench|shell]" >&2; exit 2; }
+        build
+        extras "$wanted"
+        ;;
     shell)
         build
         extras "$(extras_of shell)"
         exec bash --rcfile <(echo "source '$VENV/bin/activate'")
         ;;
     *)
-        echo "usage: scripts/dev.sh demo|test|bench|docs|docs-bench|shell [ARGS], or plan CMD" >&2
+        echo "usage: scripts/dev.sh demo|test|bench|docs|docs-bench|shell [ARGS], build [CMD] or plan CMD" >&2
         exit 2
         ;;
 esac

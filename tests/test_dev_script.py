@@ -30,7 +30,7 @@ def plan(command):
 def test_demo_and_tests_share_one_environment_and_one_build():
     plans = {
         command: plan(command)
-        for command in ("demo", "test", "bench", "docs", "docs-bench", "shell")
+        for command in ("demo", "test", "bench", "docs", "docs-bench", "shell", "build")
     }
     version = "%d.%d" % sys.version_info[:2]
     for command, p in plans.items():
@@ -40,6 +40,8 @@ def test_demo_and_tests_share_one_environment_and_one_build():
         extras = tomllib.load(f)["project"]["optional-dependencies"]
     for command, p in plans.items():
         assert set(p["extras"].split(",")) <= set(extras), command
+    # `build` (what CI runs before two test runs at once) prepares exactly what `test` uses.
+    assert plans["build"] == plans["test"]
     # The demo draws its chart: it installs what --plot needs.
     assert "plot" in plans["demo"]["extras"].split(",")
     assert "plot" in plans["docs-bench"]["extras"].split(",")
