@@ -91,6 +91,18 @@ DEF _NULL_KEY = -77
 DEF _OUT_OF_ORDER = -78
 
 
+cdef int _harden(sqlite3* handle) noexcept nogil:
+    """Make a new connection distrust the file's schema: SQLite's defensive mode (the schema
+    and shadow tables cannot be written by hand, no journal_mode=OFF) and trusted_schema off
+    (SQL stored in the file may only call functions without side effects). Every connection
+    zarrdb opens goes through here; the file's own SQL on the SQLiteStore tables is refused at
+    open (_format.validate)."""
+    cdef int rc = sqlite3_db_config(handle, SQLITE_DBCONFIG_DEFENSIVE, 1, <int*>NULL)
+    if rc == SQLITE_OK:
+        rc = sqlite3_db_config(handle, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, <int*>NULL)
+    return rc
+
+
 def _library_info():
     """(version, source id, compile options) of the SQLite this module was built with."""
     cdef int i = 0
@@ -596,6 +608,10 @@ cdef class Database:
         self.path = path
         self.readonly = mode == "r"
         try:
+            with nogil:
+                rc = _harden(handle)
+            if rc != SQLITE_OK:
+                raise self._error(rc, "cannot configure the connection to")
             self._busy_timeout = max(0.0, float(busy_timeout))
             self._busy.timeout_us = <int64_t>self._busy_ms() * 1000
             with nogil:
@@ -603,6 +619,9 @@ cdef class Database:
             # Reading the schema makes SQLite read the header now: a file that is not a
             # database fails here, at open, not at the first get().
             self._exec_simple("SELECT count(*) FROM sqlite_schema")
+            # CHECK constraints are SQL of the file's author that would run on every write
+            # (the spec's tables have none).
+            self._exec_simple("PRAGMA ignore_check_constraints = ON")
             if page_size is not None:
                 page_size = int(page_size)
                 if page_size < 512 or page_size > 65536 or page_size & (page_size - 1):
@@ -1476,7 +1495,15 @@ cdef class Database:
             mode = str(mode).lower()
             if mode not in _JOURNAL_MODES:
                 raise ValueError(f"journal mode must be one of {_JOURNAL_MODES}, not {mode!r}")
-            result = self.pragma("journal_mode", mode)
+            if mode == "off" and self.db != NULL:
+                # Defensive mode refuses OFF to SQL; here zarrdb's caller chose it, not a file.
+                sqlite3_db_config(self.db, SQLITE_DBCONFIG_DEFENSIVE, 0, <int*>NULL)
+                try:
+                    result = self.pragma("journal_mode", mode)
+                finally:
+                    sqlite3_db_config(self.db, SQLITE_DBCONFIG_DEFENSIVE, 1, <int*>NULL)
+            else:
+                result = self.pragma("journal_mode", mode)
         else:
             result = self.pragma("journal_mode")
         return str(result).lower()
@@ -1518,6 +1545,8 @@ cdef class Database:
                                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_EXRESCODE,
                                      NULL)
             try:
+                if rc == SQLITE_OK:
+                    rc = _harden(dest)
                 if rc != SQLITE_OK:
                     raise failed(rc, "cannot create the copy")
                 sqlite3_busy_timeout(dest, limit_ms)

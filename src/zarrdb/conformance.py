@@ -8,7 +8,9 @@ independent of zarrdb's engine, so a file the engine refuses (a damaged one) is 
 The checks: the application id; exactly the two tables with their columns, declared types,
 primary keys and BINARY key collation; the metadata records (required ones present, no unknown
 ones, a version this zarrdb reads, no flags in 1.0, an RFC 3339 `modified_at`); no NULLs, keys
-TEXT and values BLOB; the journal mode; and SQLite's integrity check. What the spec only
+TEXT and values BLOB; no SQL of the file's author on those tables (triggers, generated columns,
+a view or virtual table in their place, expression or partial indexes); the journal mode; and
+SQLite's integrity check. What the spec only
 recommends is a warning. Nothing is written: the file is opened read-only.
 """
 
@@ -120,9 +122,15 @@ def check_file(path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> Re
             )
             _integrity(db, report)
             return report
+        for code in facts.code:
+            report.problem(
+                "schema", f"schema: {code} (SQL of the file's author; zarrdb refuses the file)"
+            )
         try:
             for note in _format.validate(facts, path=path, writable=False):
                 report.problem("format", f"format: {note.replace('; reading it anyway', '')}")
+        except errors.UnsafeSchemaError:
+            report.readable = False
         except errors.NotAZarrDBError:
             raise errors.NotAZarrDBError(
                 f"{path}: is not a .zarrdb file (an SQLite database without the SQLiteStore tables)"
@@ -130,7 +138,9 @@ def check_file(path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> Re
         except errors.FormatError as exc:
             report.problem("format", f"format: {exc}")
             report.readable = False
-        for checks in (_schema_checks, _metadata_checks, _row_checks):
+        # Reading rows through a generated column or a view would run the file's SQL.
+        checks_to_run = (_schema_checks, _metadata_checks) + (() if facts.code else (_row_checks,))
+        for checks in checks_to_run:
             try:
                 checks(db, facts, report)
             except sqlite3.DatabaseError as exc:
@@ -163,6 +173,10 @@ class _Connection:
 
     def __init__(self, con: sqlite3.Connection) -> None:
         self.con = con
+        # As the engine's connections: SQL stored in the file may call only harmless functions.
+        con.execute("PRAGMA trusted_schema = OFF")
+        if hasattr(con, "setconfig"):  # Python 3.12
+            con.setconfig(sqlite3.SQLITE_DBCONFIG_DEFENSIVE, True)
 
     def pragma(self, name: str) -> Any:
         row = self.con.execute(f"PRAGMA {name}").fetchone()
