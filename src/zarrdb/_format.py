@@ -50,6 +50,8 @@ _VERSION_RE = re.compile(r"^(\d+)\.(\d+)$")
 # SQLite stores a virtual table's statement as "CREATE VIRTUAL TABLE ..." (a hand-edited schema
 # may differ in case and spacing, which SQLite's parser accepts too).
 _VIRTUAL_RE = re.compile(r"^\s*create\s+virtual\s", re.IGNORECASE)
+# Table options follow the column list's closing parenthesis: "WITHOUT ROWID", "STRICT".
+_WITHOUT_ROWID_RE = re.compile(r"\bwithout\s+rowid\b[^)]*$", re.IGNORECASE)
 
 
 def initial_metadata(created_by: str) -> list[tuple[str, str]]:
@@ -119,6 +121,7 @@ class FileFacts:
     # SQL of the file's author that would run on zarrdb's statements on the SQLiteStore tables
     # (a trigger, a generated column, ...), one description each; such a file is refused.
     code: list[str] = field(default_factory=list)
+    encoding: str = "UTF-8"  # of the file's text (PRAGMA encoding)
 
     @property
     def is_empty(self) -> bool:
@@ -152,7 +155,8 @@ def read_facts(db) -> FileFacts:
     ]
     tables = {name: sql for kind, name, _, sql in schema if kind == "table"}
     facts = FileFacts(application_id & 0xFFFFFFFF, tables, code=schema_code(db, schema))
-    if METADATA_TABLE in tables and not facts.code:
+    facts.encoding = str(db.pragma("encoding") or "UTF-8")
+    if METADATA_TABLE in tables and not facts.code and facts.encoding == "UTF-8":
         # Read as bytes and decode leniently: an informational record (created_by) in another
         # encoding must not make the file unreadable. NULLs count as missing records.
         rows = db.execute(f"SELECT CAST(k AS BLOB), CAST(v AS BLOB) FROM {METADATA_TABLE}")
@@ -236,6 +240,7 @@ def validate(facts: FileFacts, *, path: str, writable: bool) -> list[str]:
             f"{path!r} is an SQLite database of another application (tables: {others}); "
             f"a SQLiteStore file has the tables {METADATA_TABLE!r} and {DATA_TABLE!r}"
         )
+    _check_layout(facts, path)
     missing = [k for k in REQUIRED_METADATA if k not in facts.metadata]
     if missing:
         raise errors.FormatError(
@@ -266,6 +271,20 @@ def validate(facts: FileFacts, *, path: str, writable: bool) -> list[str]:
             raise errors.FormatError(message + "; refusing to write to it (open it read-only)")
         notes.append(message + "; reading it anyway")
     return notes
+
+
+def _check_layout(facts: FileFacts, path: str) -> None:
+    """FormatError for a file whose spec tables zarrdb cannot use as they are stored."""
+    if facts.encoding != "UTF-8":
+        raise errors.FormatError(
+            f"{path!r} stores its text as {facts.encoding}; zarrdb reads SQLiteStore files "
+            "in UTF-8 only (the encoding SQLite gives a new file by default)"
+        )
+    if _WITHOUT_ROWID_RE.search(facts.tables[DATA_TABLE]):
+        raise errors.FormatError(
+            f"{path!r}: table {DATA_TABLE} is a WITHOUT ROWID table; zarrdb reads and writes "
+            "values through rowids (a SQLiteStore file made by zarrdb has them)"
+        )
 
 
 def warn(notes: list[str]) -> None:

@@ -297,3 +297,32 @@ def test_a_key_collation_other_than_binary_is_flagged(tmp_path, collation):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"compare with collation {collation}, not BINARY" in proc.stdout
 
+
+@pytest.mark.parametrize(
+    "name, zarr_sql, encoding, named",
+    [
+        (
+            "without-rowid",
+            "CREATE TABLE zarr (k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL) WITHOUT ROWID",
+            None,
+            "table zarr is a WITHOUT ROWID table",
+        ),
+        (
+            "utf-16",
+            "CREATE TABLE zarr (k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL)",
+            "UTF-16le",
+            "stores its text as UTF-16le; zarrdb reads SQLiteStore files in UTF-8 only",
+        ),
+    ],
+)
+def test_a_layout_zarrdb_cannot_use_is_refused_naming_it(tmp_path, name, zarr_sql, encoding, named):
+    """A WITHOUT ROWID data table and a UTF-16 file are refused with a FormatError that says
+    so (not "no such column: rowid", not "lacks the required metadata"), and `check` lists it
+    as the file's problem."""
+    path = _spec_tables(tmp_path / f"{name}.zarrdb", zarr_sql, encoding=encoding)
+    for read_only in (True, False):
+        with pytest.raises(errors.FormatError, match=named):
+            SQLiteStore(path, read_only=read_only).ensure_open()
+    proc = run("check", path, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert named in proc.stdout
