@@ -30,7 +30,10 @@ __all__ = ["Finding", "Report", "check_file", "key_problem"]
 # SQLite's result codes, as Python's sqlite3 reports them (sqlite_errorcode & 0xFF).
 _SQLITE_BUSY = 5
 _SQLITE_LOCKED = 6
+_SQLITE_INTERRUPT = 9
 _SQLITE_NOTADB = 26
+# SQLite steps between two looks at Python's signal handlers (see _Connection).
+_PROGRESS_STEPS = 1000
 
 _EXPECTED_COLUMNS = {
     _format.METADATA_TABLE: (("k", "TEXT", True), ("v", "TEXT", False)),
@@ -169,21 +172,35 @@ def _raise_unusable(path: str, exc: sqlite3.DatabaseError, busy_timeout: float) 
 
 
 class _Connection:
-    """What `_format.read_facts` needs (pragma, execute) over Python's own sqlite3."""
+    """What `_format.read_facts` needs (pragma, execute) over Python's own sqlite3, with
+    statements that Ctrl-C and SIGTERM interrupt: every _PROGRESS_STEPS steps SQLite calls a
+    Python function, at whose start Python runs its signal handlers. What a handler raises
+    there stops the statement (sqlite3 drops the exception and reports SQLITE_INTERRUPT), and
+    execute() raises KeyboardInterrupt in its place: nothing else interrupts this connection."""
 
     def __init__(self, con: sqlite3.Connection) -> None:
         self.con = con
+        con.set_progress_handler(_keep_going, _PROGRESS_STEPS)
         # As the engine's connections: SQL stored in the file may call only harmless functions.
         con.execute("PRAGMA trusted_schema = OFF")
         if hasattr(con, "setconfig"):  # Python 3.12
             con.setconfig(sqlite3.SQLITE_DBCONFIG_DEFENSIVE, True)
 
     def pragma(self, name: str) -> Any:
-        row = self.con.execute(f"PRAGMA {name}").fetchone()
-        return None if row is None else row[0]
+        rows = self.execute(f"PRAGMA {name}")
+        return rows[0][0] if rows else None
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self.con.execute(sql, params).fetchall()
+        try:
+            return self.con.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF == _SQLITE_INTERRUPT:
+                raise KeyboardInterrupt from None
+            raise
+
+
+def _keep_going() -> int:
+    return 0
 
 
 def _integrity(db: _Connection, report: Report) -> None:

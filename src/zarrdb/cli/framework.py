@@ -219,15 +219,19 @@ def _run(run: Callable[[Any], Any], args: argparse.Namespace) -> int:
 
 def _terminate_as_interrupt() -> None:
     """SIGTERM (kill, a scheduler ending the job) unwinds like Ctrl-C, so `copy` and
-    `snapshot` remove their unfinished output on either."""
+    `snapshot` remove their unfinished output on either. Both raise KeyboardInterrupt where
+    the command is, also inside a long SQLite statement (zarrdb's engine and `check`'s
+    connection run signal handlers while one runs): asyncio's own Ctrl-C handling would only
+    cancel the command at its next await, which a statement reaches when it is done."""
     if threading.current_thread() is not threading.main_thread():
         return
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    with contextlib.suppress(ValueError, OSError, AttributeError):
-        signal.signal(signal.SIGTERM, interrupt)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError, OSError, AttributeError):
+            signal.signal(signum, interrupt)
 
 
 def one_line(text: str) -> str:
