@@ -36,7 +36,9 @@ def _slow_to_check(path: Path) -> Path:
     builders.make_store_file(path)
     con = sqlite3.connect(path, isolation_level=None)
     try:
-        con.execute("CREATE TABLE notes (a INTEGER, b TEXT GENERATED ALWAYS AS (a) VIRTUAL NOT NULL)")
+        con.execute(
+            "CREATE TABLE notes (a INTEGER, b TEXT GENERATED ALWAYS AS (a) VIRTUAL NOT NULL)"
+        )
         con.execute("BEGIN")
         con.executemany("INSERT INTO notes(a) VALUES (?)", [(i,) for i in range(ROWS)])
         con.execute("COMMIT")
