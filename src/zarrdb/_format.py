@@ -24,6 +24,7 @@ MAX_VALUE_SIZE = 2_147_483_645
 
 METADATA_TABLE = "zarr_sqlitestore_metadata"
 DATA_TABLE = "zarr"
+SPEC_TABLES = (METADATA_TABLE, DATA_TABLE)
 REQUIRED_METADATA = ("sqlitestore_version", "compatible_flags", "incompatible_flags")
 KNOWN_METADATA = REQUIRED_METADATA + ("created_by", "modified_at")
 
@@ -46,6 +47,11 @@ TOUCH_MODIFIED_AT = (
 )
 
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)$")
+# SQLite stores a virtual table's statement as "CREATE VIRTUAL TABLE ..." (a hand-edited schema
+# may differ in case and spacing, which SQLite's parser accepts too).
+_VIRTUAL_RE = re.compile(r"^\s*create\s+virtual\s", re.IGNORECASE)
+# Table options follow the column list's closing parenthesis: "WITHOUT ROWID", "STRICT".
+_WITHOUT_ROWID_RE = re.compile(r"\bwithout\s+rowid\b[^)]*$", re.IGNORECASE)
 
 
 def initial_metadata(created_by: str) -> list[tuple[str, str]]:
@@ -148,6 +154,10 @@ class FileFacts:
     application_id: int
     tables: dict[str, str]  # name -> CREATE statement
     metadata: dict[str, str] = field(default_factory=dict)
+    # SQL of the file's author that would run on zarrdb's statements on the SQLiteStore tables
+    # (a trigger, a generated column, ...), one description each; such a file is refused.
+    code: list[str] = field(default_factory=list)
+    encoding: str = "UTF-8"  # of the file's text (PRAGMA encoding)
 
     @property
     def is_empty(self) -> bool:
@@ -167,18 +177,22 @@ def _as_text(value) -> str:
 
 
 def read_facts(db) -> FileFacts:
-    """Gather FileFacts through a zarrdb._core.Database."""
+    """Gather FileFacts through a zarrdb._core.Database (or conformance's stand-in over
+    Python's sqlite3). Runs none of the file's own SQL: its metadata records are read only from
+    a file without any (FileFacts.code)."""
     application_id = int(db.pragma("application_id") or 0)
     # A damaged schema can hold names that are not text (a blob, a number): they are reported
     # as the file has them rather than failing the comparison with a TypeError.
-    tables = {
-        _as_text(name): _as_text(sql)
-        for name, sql in db.execute(
-            "SELECT name, coalesce(sql, '') FROM sqlite_schema WHERE type = 'table'"
+    schema = [
+        tuple(_as_text(column) for column in row)
+        for row in db.execute(
+            "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema"
         )
-    }
-    facts = FileFacts(application_id & 0xFFFFFFFF, tables)
-    if METADATA_TABLE in tables:
+    ]
+    tables = {name: sql for kind, name, _, sql in schema if kind == "table"}
+    facts = FileFacts(application_id & 0xFFFFFFFF, tables, code=schema_code(db, schema))
+    facts.encoding = str(db.pragma("encoding") or "UTF-8")
+    if METADATA_TABLE in tables and not facts.code and facts.encoding == "UTF-8":
         # Read as bytes and decode leniently: an informational record (created_by) in another
         # encoding must not make the file unreadable. NULLs count as missing records.
         rows = db.execute(f"SELECT CAST(k AS BLOB), CAST(v AS BLOB) FROM {METADATA_TABLE}")
@@ -188,6 +202,44 @@ def read_facts(db) -> FileFacts:
             if k is not None and v is not None
         }
     return facts
+
+
+def schema_code(db, schema: list[tuple[str, ...]]) -> list[str]:
+    """What in `schema` (sqlite_schema's type, name, tbl_name, sql) would run SQL stored in the
+    file when zarrdb reads or writes the SQLiteStore tables: triggers on them, a view or a
+    virtual table in their place, generated columns, expression and partial indexes. The spec
+    lets a file hold other tables (readers ignore them), but not code on its own tables."""
+    found = []
+    for kind, name, table, sql in schema:
+        if table not in SPEC_TABLES:
+            continue
+        if kind == "trigger":
+            found.append(f"trigger {name!r} on table {table}")
+        elif kind == "view":
+            found.append(f"{name!r} is a view, not a table")
+        elif kind == "table" and _VIRTUAL_RE.match(sql):
+            found.append(f"{name!r} is a virtual table, not a table")
+        elif kind == "table":
+            # Hidden 2 and 3: VIRTUAL and STORED generated columns (computed on reads, writes).
+            found += [
+                f"generated column {column!r} in table {name}"
+                for (column,) in db.execute(
+                    "SELECT name FROM pragma_table_xinfo(?) WHERE hidden IN (2, 3)", (name,)
+                )
+            ]
+        elif kind == "index" and sql:  # the primary key's own index has no statement
+            found += _index_code(db, name, table)
+    return found
+
+
+def _index_code(db, name: str, table: str) -> list[str]:
+    """Why the index `name` on `table` runs the file's SQL (expressions, a WHERE clause)."""
+    found = []
+    if db.execute("SELECT 1 FROM pragma_index_xinfo(?) WHERE cid = -2", (name,)):
+        found.append(f"index {name!r} on table {table} computes an expression")
+    if db.execute("SELECT 1 FROM pragma_index_list(?) WHERE name = ? AND partial", (table, name)):
+        found.append(f"index {name!r} on table {table} has a WHERE clause")
+    return found
 
 
 def parse_version(text: str) -> tuple[int, int]:
@@ -207,6 +259,12 @@ def validate(facts: FileFacts, *, path: str, writable: bool) -> list[str]:
     """Raise the zarrdb.errors exception that says why the file cannot be used, or return the
     warnings to show (e.g. a foreign application id in a file opened for reading)."""
     notes: list[str] = []
+    if facts.code:
+        raise errors.UnsafeSchemaError(
+            f"{path!r} holds SQL that would run on its SQLiteStore tables: "
+            f"{'; '.join(facts.code)}. zarrdb runs no SQL from a file; if you trust it, remove "
+            "these with the sqlite3 shell (DROP TRIGGER name; DROP INDEX name; ...)"
+        )
     if not facts.has_store_tables:
         if facts.is_empty:
             raise errors.NotAZarrDBError(
@@ -218,6 +276,7 @@ def validate(facts: FileFacts, *, path: str, writable: bool) -> list[str]:
             f"{path!r} is an SQLite database of another application (tables: {others}); "
             f"a SQLiteStore file has the tables {METADATA_TABLE!r} and {DATA_TABLE!r}"
         )
+    _check_layout(facts, path)
     missing = [k for k in REQUIRED_METADATA if k not in facts.metadata]
     if missing:
         raise errors.FormatError(
@@ -248,6 +307,20 @@ def validate(facts: FileFacts, *, path: str, writable: bool) -> list[str]:
             raise errors.FormatError(message + "; refusing to write to it (open it read-only)")
         notes.append(message + "; reading it anyway")
     return notes
+
+
+def _check_layout(facts: FileFacts, path: str) -> None:
+    """FormatError for a file whose spec tables zarrdb cannot use as they are stored."""
+    if facts.encoding != "UTF-8":
+        raise errors.FormatError(
+            f"{path!r} stores its text as {facts.encoding}; zarrdb reads SQLiteStore files "
+            "in UTF-8 only (the encoding SQLite gives a new file by default)"
+        )
+    if _WITHOUT_ROWID_RE.search(facts.tables[DATA_TABLE]):
+        raise errors.FormatError(
+            f"{path!r}: table {DATA_TABLE} is a WITHOUT ROWID table; zarrdb reads and writes "
+            "values through rowids (a SQLiteStore file made by zarrdb has them)"
+        )
 
 
 def warn(notes: list[str]) -> None:

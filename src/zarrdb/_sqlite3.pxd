@@ -65,6 +65,10 @@ cdef extern from "_sqlite_amalgamation.h" nogil:
     int sqlite3_db_readonly(sqlite3* db, const char* name)
     const char* sqlite3_db_filename(sqlite3* db, const char* name)
     void sqlite3_interrupt(sqlite3* db)
+    int sqlite3_db_config(sqlite3* db, int op, ...)
+    int SQLITE_DBCONFIG_DEFENSIVE, SQLITE_DBCONFIG_TRUSTED_SCHEMA
+    void sqlite3_progress_handler(sqlite3* db, int steps, int (*handler)(void*) noexcept nogil,
+                                  void* arg)
 
     int sqlite3_prepare_v3(sqlite3* db, const char* sql, int nbyte, unsigned int flags,
                            sqlite3_stmt** stmt, const char** tail)

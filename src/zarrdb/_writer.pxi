@@ -432,6 +432,8 @@ cdef int _checkpoint_once(WState* w, sqlite3** conn, int* log, int* done) noexce
     cdef int rc
     if conn[0] == NULL:
         rc = sqlite3_open_v2(w.ck_path, conn, w.ck_flags, NULL)
+        if rc == SQLITE_OK:
+            rc = _harden(conn[0])
         if rc != SQLITE_OK:
             sqlite3_close_v2(conn[0])
             conn[0] = NULL

@@ -8,7 +8,9 @@ independent of zarrdb's engine, so a file the engine refuses (a damaged one) is 
 The checks: the application id; exactly the two tables with their columns, declared types,
 primary keys and BINARY key collation; the metadata records (required ones present, no unknown
 ones, a version this zarrdb reads, no flags in 1.0, an RFC 3339 `modified_at`); no NULLs, keys
-TEXT and values BLOB; the journal mode; and SQLite's integrity check. What the spec only
+TEXT and values BLOB; no SQL of the file's author on those tables (triggers, generated columns,
+a view or virtual table in their place, expression or partial indexes); the journal mode; and
+SQLite's integrity check. What the spec only
 recommends is a warning. Nothing is written: the file is opened read-only.
 """
 
@@ -28,7 +30,10 @@ __all__ = ["KEY_RULES", "Finding", "Report", "check_file", "key_problem"]
 # SQLite's result codes, as Python's sqlite3 reports them (sqlite_errorcode & 0xFF).
 _SQLITE_BUSY = 5
 _SQLITE_LOCKED = 6
+_SQLITE_INTERRUPT = 9
 _SQLITE_NOTADB = 26
+# SQLite steps between two looks at Python's signal handlers (see _Connection).
+_PROGRESS_STEPS = 1000
 
 _EXPECTED_COLUMNS = {
     _format.METADATA_TABLE: (("k", "TEXT", True), ("v", "TEXT", False)),
@@ -126,9 +131,15 @@ def check_file(path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> Re
             )
             _integrity(db, report)
             return report
+        for code in facts.code:
+            report.problem(
+                "schema", f"schema: {code} (SQL of the file's author; zarrdb refuses the file)"
+            )
         try:
             for note in _format.validate(facts, path=path, writable=False):
                 report.problem("format", f"format: {note.replace('; reading it anyway', '')}")
+        except errors.UnsafeSchemaError:
+            report.readable = False
         except errors.NotAZarrDBError:
             raise errors.NotAZarrDBError(
                 f"{path}: is not a .zarrdb file (an SQLite database without the SQLiteStore tables)"
@@ -136,7 +147,9 @@ def check_file(path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> Re
         except errors.FormatError as exc:
             report.problem("format", f"format: {exc}")
             report.readable = False
-        for checks in (_schema_checks, _metadata_checks, _row_checks):
+        # Reading rows through a generated column or a view would run the file's SQL.
+        checks_to_run = (_schema_checks, _metadata_checks) + (() if facts.code else (_row_checks,))
+        for checks in checks_to_run:
             try:
                 checks(db, facts, report)
             except sqlite3.DatabaseError as exc:
@@ -169,17 +182,35 @@ def _raise_unusable(path: str, exc: sqlite3.DatabaseError, busy_timeout: float) 
 
 
 class _Connection:
-    """What `_format.read_facts` needs (pragma, execute) over Python's own sqlite3."""
+    """What `_format.read_facts` needs (pragma, execute) over Python's own sqlite3, with
+    statements that Ctrl-C and SIGTERM interrupt: every _PROGRESS_STEPS steps SQLite calls a
+    Python function, at whose start Python runs its signal handlers. What a handler raises
+    there stops the statement (sqlite3 drops the exception and reports SQLITE_INTERRUPT), and
+    execute() raises KeyboardInterrupt in its place: nothing else interrupts this connection."""
 
     def __init__(self, con: sqlite3.Connection) -> None:
         self.con = con
+        con.set_progress_handler(_keep_going, _PROGRESS_STEPS)
+        # As the engine's connections: SQL stored in the file may call only harmless functions.
+        con.execute("PRAGMA trusted_schema = OFF")
+        if hasattr(con, "setconfig"):  # Python 3.12
+            con.setconfig(sqlite3.SQLITE_DBCONFIG_DEFENSIVE, True)
 
     def pragma(self, name: str) -> Any:
-        row = self.con.execute(f"PRAGMA {name}").fetchone()
-        return None if row is None else row[0]
+        rows = self.execute(f"PRAGMA {name}")
+        return rows[0][0] if rows else None
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self.con.execute(sql, params).fetchall()
+        try:
+            return self.con.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF == _SQLITE_INTERRUPT:
+                raise KeyboardInterrupt from None
+            raise
+
+
+def _keep_going() -> int:
+    return 0
 
 
 def _integrity(db: _Connection, report: Report) -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "NotAZarrDBError",
     "UnsupportedVersionError",
     "IncompatibleFlagError",
+    "UnsafeSchemaError",
     "InvalidKeyError",
     "ClosedError",
     "ConcurrentUseError",
@@ -155,6 +156,12 @@ class UnsupportedVersionError(FormatError):
 
 class IncompatibleFlagError(FormatError):
     """The file declares an incompatible flag this zarrdb does not implement."""
+
+
+class UnsafeSchemaError(FormatError):
+    """The file's schema holds SQL that would run when its SQLiteStore tables are read or
+    written: a trigger, a generated column, a view or virtual table in their place, an
+    expression or partial index. zarrdb refuses such a file rather than run its author's code."""
 
 
 class UnclosedFileError(FormatError):

@@ -220,11 +220,12 @@ def _run(run: Callable[[Any], Any], args: argparse.Namespace) -> int:
 
 def _terminate_as_interrupt() -> None:
     """SIGTERM (kill, a scheduler ending the job) unwinds like Ctrl-C, so `copy` and
-    `snapshot` remove their unfinished output on either. Both also end every thread's wait
-    for a remote request at once: a worker thread reading for the event loop would otherwise
-    hold up the loop's shutdown until its request timed out. Ctrl-C raises at once: the
-    handler of asyncio.run, used before, only cancelled the main task on a first Ctrl-C, which
-    a read waiting on the loop's own thread never noticed."""
+    `snapshot` remove their unfinished output on either. Both raise KeyboardInterrupt where
+    the command is, also inside a long SQLite statement (zarrdb's engine and `check`'s
+    connection run signal handlers while one runs): asyncio's own Ctrl-C handling would only
+    cancel the command at its next await, which a statement reaches when it is done. Both
+    also end every thread's wait for a remote request at once: a worker thread reading for the
+    event loop would otherwise hold up the loop's shutdown until its request timed out."""
     if threading.current_thread() is not threading.main_thread():
         return
 
@@ -232,9 +233,9 @@ def _terminate_as_interrupt() -> None:
         remote.interrupt_requests()
         raise KeyboardInterrupt
 
-    with contextlib.suppress(ValueError, OSError, AttributeError):
-        signal.signal(signal.SIGTERM, interrupt)
-        signal.signal(signal.SIGINT, interrupt)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError, OSError, AttributeError):
+            signal.signal(signum, interrupt)
 
 
 def one_line(text: str) -> str:
