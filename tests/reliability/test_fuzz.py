@@ -255,7 +255,7 @@ def _with_sql(data: bytes, statements: list[tuple[str, tuple]]) -> bytes:
                 for sql, params in statements:
                     con.execute(sql, params)
             return con.serialize()
-        except sqlite3.DatabaseError:
+        except (sqlite3.DatabaseError, UnicodeDecodeError):  # (a key mutated into bad UTF-8)
             return data
 
 
