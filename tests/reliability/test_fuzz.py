@@ -231,6 +231,10 @@ TRIGGERS = (
     "SELECT RAISE(ABORT, 'refused by the file'); END",
     "CREATE TRIGGER fuzz_spread AFTER UPDATE ON zarr BEGIN "
     "INSERT OR REPLACE INTO zarr(k, v) VALUES ('../escaped', new.v); END",
+    # one that would never end (refused at open, so the write layer never runs it)
+    "CREATE TRIGGER fuzz_forever AFTER INSERT ON zarr BEGIN "
+    "SELECT count(*) FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
+    "SELECT i FROM n); END",
 )
 
 
@@ -249,6 +253,9 @@ def _with_sql(data: bytes, statements: list[tuple[str, tuple]]) -> bytes:
     """The file after running `statements` on it (standard-library sqlite3, in memory); as it
     was if an earlier mutation left it unreadable."""
     with contextlib.closing(sqlite3.connect(":memory:")) as con:
+        # a trigger planted by an earlier step may never end: at most about a million steps
+        budget = iter(range(1000))
+        con.set_progress_handler(lambda: next(budget, None) is None, 1000)
         try:
             con.deserialize(data)
             with con:

@@ -12,27 +12,17 @@ a query that never ends by itself.
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 from zarr.core.buffer import cpu
 
+from store._lock_holder import LockHolder
 from zarrdb import SQLiteStore, errors
 
 JOIN_TIMEOUT = 30
 
-_LOCK_HOLDER = """
-import sqlite3, sys
-con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
-con.execute("BEGIN IMMEDIATE")
-print("locked", flush=True)
-sys.stdin.readline()
-con.execute("COMMIT")
-con.close()
-"""
 
 
 def buf(data: bytes) -> cpu.Buffer:
@@ -56,15 +46,9 @@ def test_close_refuses_a_hold_still_waiting(tmp_path: Path) -> None:
     path = tmp_path / "race.zarrdb"
     store = SQLiteStore(path, busy_timeout=JOIN_TIMEOUT, journal="wal")
     store.set_sync("dir/x", buf(b"x"))
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _LOCK_HOLDER, str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = LockHolder(path, timeout=JOIN_TIMEOUT)
     outcome: dict[str, object] = {}
     try:
-        assert holder.stdout.readline().strip() == "locked"
         busy = threading.Thread(target=store.set_sync, args=("busy", buf(b"b")), daemon=True)
         busy.start()
         time.sleep(0.3)  # the writer thread waits for the lock with this write
@@ -81,8 +65,7 @@ def test_close_refuses_a_hold_still_waiting(tmp_path: Path) -> None:
 
         def release() -> None:
             time.sleep(0.5)  # close() has started
-            holder.stdin.write("\n")
-            holder.stdin.flush()
+            holder.let_go()
 
         threading.Thread(target=release, daemon=True).start()
         store.close()
@@ -90,7 +73,7 @@ def test_close_refuses_a_hold_still_waiting(tmp_path: Path) -> None:
         busy.join(JOIN_TIMEOUT)
         assert not waiting.is_alive() and not busy.is_alive()
     finally:
-        holder.communicate(timeout=JOIN_TIMEOUT)
+        holder.release()
     assert isinstance(outcome["rename"], errors.ClosedError), outcome
     mode, keys = file_state(path)
     assert mode == "delete"

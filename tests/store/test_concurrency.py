@@ -42,6 +42,7 @@ import zarr.core.codec_pipeline
 from zarr.codecs import ZstdCodec
 from zarr.core.buffer import cpu
 
+from store._lock_holder import LockHolder
 from zarrdb import SQLiteStore
 
 from . import _concurrency_child as child
@@ -535,15 +536,6 @@ def test_group_commit_16_threads_batches_and_loses_nothing(tmp_path: Path) -> No
     )
 
 
-_LOCK_HOLDER = """
-import sqlite3, sys, time
-con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
-con.execute("BEGIN IMMEDIATE")
-print("locked", flush=True)
-sys.stdin.readline()
-con.execute("COMMIT")
-con.close()
-"""
 
 
 async def test_gathered_coroutines_waiting_for_a_lock_are_committed_together(
@@ -560,23 +552,16 @@ async def test_gathered_coroutines_waiting_for_a_lock_are_committed_together(
         await store.set("warm-up", buf(b"x"))
         for size in (16 * 1024, 300 * 1024):
             generation0, commits0 = wal_commits(path)
-            holder = subprocess.Popen(
-                [sys.executable, "-c", _LOCK_HOLDER, str(path)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
+            holder = LockHolder(path)
             try:
-                assert holder.stdout.readline().strip() == "locked"
                 values = {f"s{size}/{i:02d}": os.urandom(size) for i in range(WRITERS_N)}
                 writes = asyncio.gather(*(store.set(k, buf(v)) for k, v in values.items()))
                 await asyncio.sleep(0.3)  # every set is queued; none can commit yet
                 assert wal_commits(path)[1] == commits0
-                holder.stdin.write("\n")
-                holder.stdin.flush()
+                holder.let_go()
                 await writes
             finally:
-                holder.communicate(timeout=30)
+                holder.release()
             generation1, commits1 = wal_commits(path)
             assert generation1 == generation0
             assert 1 <= commits1 - commits0 <= 2, f"{WRITERS_N} gathered sets of {size} bytes"

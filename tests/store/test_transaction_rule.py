@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -26,20 +24,11 @@ import pytest
 import zarr
 from zarr.core.buffer import cpu
 
+from store._lock_holder import LockHolder
 from zarrdb import SQLiteStore
 
 JOIN_TIMEOUT = 30  # seconds; a thread still alive after it is a hang, reported as a failure
 
-# Holds BEGIN IMMEDIATE on the file until a line arrives on stdin.
-_LOCK_HOLDER = """
-import sqlite3, sys
-con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
-con.execute("BEGIN IMMEDIATE")
-print("locked", flush=True)
-sys.stdin.readline()
-con.execute("COMMIT")
-con.close()
-"""
 
 
 class Boom(Exception):
@@ -57,25 +46,6 @@ def reopened(path: Path) -> dict[str, bytes]:
         return {k: bytes(v) for k, v in con.execute("SELECT k, v FROM zarr")}
     finally:
         con.close()
-
-
-class LockHolder:
-    """Another process holding the file's write lock until release()."""
-
-    def __init__(self, path: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _LOCK_HOLDER, str(path)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout.readline().strip() == "locked"
-
-    def release(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.stdin.write("\n")
-            self.proc.stdin.flush()
-        self.proc.communicate(timeout=JOIN_TIMEOUT)
 
 
 def run_threads(targets: list[Callable[[], None]]) -> None:

@@ -1,0 +1,44 @@
+"""Another process holding a file's write lock: a deterministic window for the tests of what
+waits for that lock (nothing can commit until the holder lets go)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+# Holds BEGIN IMMEDIATE on the file until a line arrives on stdin.
+_HOLDER = """
+import sqlite3, sys
+con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
+con.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.readline()
+con.execute("COMMIT")
+con.close()
+"""
+
+
+class LockHolder:
+    """Another process holding the file's write lock from construction until release()."""
+
+    def __init__(self, path: Path | str, timeout: float = 30) -> None:
+        self.timeout = timeout
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _HOLDER, str(path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout.readline().strip() == "locked"
+
+    def let_go(self) -> None:
+        """Lets the lock go (the holder commits its empty transaction and exits)."""
+        if self.proc.poll() is None:
+            self.proc.stdin.write("\n")
+            self.proc.stdin.flush()
+
+    def release(self) -> None:
+        """Lets go and waits for the holder to exit."""
+        self.let_go()
+        self.proc.communicate(timeout=self.timeout)
