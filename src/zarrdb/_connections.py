@@ -191,6 +191,9 @@ class Connections:
             and _header_says_wal(path)
             and not any(os.path.exists(path + s) for s in ("-wal", "-shm"))
         )
+        # Whose journal lies beside the file is looked at before SQLite opens it: SQLite run by
+        # root gives a journal it opens the owner of the file.
+        foreign = self.remote_location is None and _foreign_journal(path)
         try:
             db, notes = self._open_and_validate()
         except errors.ReadOnlyError as exc:
@@ -198,7 +201,7 @@ class Connections:
                 raise
             # A writer stopped in the middle of a transaction and left a hot journal: reading
             # needs it rolled back first, as any connection that may write would do.
-            _roll_back_hot_journal(path, opts["busy_timeout"])
+            _roll_back_hot_journal(path, opts["busy_timeout"], foreign)
             db, notes = self._open_and_validate()
         _format.warn(notes)
         with self.readers_lock:
@@ -409,17 +412,21 @@ def _close_when_free(db: Database, wait: float = CLOSE_READ_GRACE) -> None:
             time.sleep(0.001)
 
 
-def _roll_back_hot_journal(path: str, busy_timeout: float) -> None:
+def _foreign_journal(path: str) -> bool:
+    """Whether a journal beside `path` belongs to another user than the file."""
+    try:
+        return os.stat(path + "-journal").st_uid != os.stat(path).st_uid
+    except OSError:
+        return False  # no journal (the usual case)
+
+
+def _roll_back_hot_journal(path: str, busy_timeout: float, foreign: bool) -> None:
     """Roll back the transaction a writer left unfinished in `path`'s journal, through a
     connection that may write (the file is not otherwise changed). Only a journal of the file's
-    own owner is rolled back, and only where this process may write the file and its folder;
-    otherwise ReadOnlyError names the journal and what to do."""
+    own owner is rolled back (`foreign`: it was another user's), and only where this process may
+    write the file and its folder; otherwise ReadOnlyError names the journal and what to do."""
     journal = path + "-journal"
     folder = os.path.dirname(path) or "."
-    try:
-        foreign = os.stat(journal).st_uid != os.stat(path).st_uid
-    except OSError:
-        foreign = False  # gone meanwhile: the open below sees whatever is there now
     if foreign:
         # Anyone who may create files in the folder can put a journal beside the file; rolling
         # it back would copy its pages into the file.

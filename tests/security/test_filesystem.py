@@ -282,7 +282,7 @@ def test_a_planted_hot_journal_error_from_the_store_names_the_journal(hot_journa
         store.ensure_open()
     store.close()
     assert "another user" in str(raised.value)
-    assert Path(f"{hot_journal_file}-journal").stat().st_uid == 65534
+    assert Path(f"{hot_journal_file}-journal").stat().st_size > 0  # not rolled back
 
 
 def sqlite_rows_after_rollback(path: Path) -> list:

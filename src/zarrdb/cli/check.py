@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import warnings
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from zarrdb import conformance, errors, remote
@@ -24,6 +24,7 @@ from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput, one_line, say
 from zarrdb.cli.hierarchy import MetadataError, Node
 from zarrdb.cli.stores import (
     closing,
+    hot_journal,
     open_zarrdb,
     remote_errors,
     remote_options,
@@ -167,17 +168,10 @@ async def full_check(
         return text.replace(path, shown) if shown else text
 
     require_zarrdb_path(path)
+    if os.path.exists(f"{path}-journal"):
+        _settle_journal(path, busy_timeout, named)
     try:
-        try:
-            report = conformance.check_file(path, busy_timeout=busy_timeout)
-        except errors.ReadOnlyError as exc:
-            if exc.extended_code != errors.SQLITE_READONLY_ROLLBACK:
-                raise
-            # A hot journal: the store rolls back one the file's owner left (a crashed writer)
-            # where it may, or says why not; then the file is checked as it is.
-            with closing(open_zarrdb(path, busy_timeout=busy_timeout, checking=True)):
-                pass
-            report = conformance.check_file(path, busy_timeout=busy_timeout)
+        report = conformance.check_file(path, busy_timeout=busy_timeout)
     except errors.DatabaseLockedError:
         raise BadInput(
             f"{path}: the database is locked by another process (waited {busy_timeout:g} s);"
@@ -197,6 +191,25 @@ async def full_check(
     except errors.DatabaseCorruptError as exc:
         found.problem("damage", named(f"damaged: {exc}"))
     return None
+
+
+def _settle_journal(path: str, busy_timeout: float, named: Callable[[str], str]) -> None:
+    """A hot journal beside `path` is rolled back by the store where it is one of the file's
+    owner (a crashed writer), as any connection that may write would, or refused, naming it,
+    where it is another user's; before SQLite's own check opens it. Other errors are left to
+    the checks."""
+    from zarrdb import SQLiteStore
+
+    store = SQLiteStore(path, read_only=True, busy_timeout=busy_timeout)
+    try:
+        store.ensure_open()
+    except errors.ReadOnlyError as exc:
+        if exc.extended_code == errors.SQLITE_READONLY_ROLLBACK:
+            raise BadInput(named(hot_journal(path, exc))) from None
+    except errors.ZarrDBError:
+        pass
+    finally:
+        store.close()
 
 
 async def quick_check(
