@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -159,6 +160,14 @@ def header_journal_mode(path: str | os.PathLike[str]) -> str:
         if len(header) == 20
         else "none"
     )
+
+
+def remove_leftover(path: Path) -> None:
+    """Removes what a killed writer left: a file, or a private folder it was building in."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:

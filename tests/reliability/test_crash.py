@@ -48,6 +48,7 @@ from .helpers import (
     header_journal_mode,
     opened,
     read_all,
+    remove_leftover,
     sha256_file,
     sidecars,
     trials,
@@ -240,7 +241,7 @@ def _ingest_trials(tmp_path: Path, durability: str, count: int) -> None:
         else:
             check_file(path, ack, context)
         for leftover in path.parent.glob(path.name + "*"):
-            leftover.unlink()
+            remove_leftover(leftover)
     # A trial killed before anything was acknowledged checks only that the file opens; at least
     # one must have had acknowledged writes to find missing.
     assert acknowledged_trials > 0 or durability == "off", (
@@ -276,7 +277,7 @@ def _close_trials(tmp_path: Path, durability: str, count: int) -> None:
         # Everything was acknowledged before close(): the whole of it is there.
         assert all(f"bulk/{i}" in contents for i in range(model.BULK_KEYS)), context
         for leftover in path.parent.glob(path.name + "*"):
-            leftover.unlink()
+            remove_leftover(leftover)
 
 
 @pytest.mark.parametrize("durability", ["normal", "full"])
@@ -390,8 +391,7 @@ def _copy_kill_trials(tmp_path, copy_source, count):
         outcomes.append(_check_after_copy_kill(source, source_sha, contents, dest, context))
         # After SIGKILL nothing can clean up: at most the hidden temporary file stays.
         for leftover in [*_partial_files(dest), dest]:
-            if leftover.exists():
-                leftover.unlink()
+            remove_leftover(leftover)
     return outcomes
 
 

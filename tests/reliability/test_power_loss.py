@@ -49,7 +49,16 @@ from zarrdb._connections import compiled_default
 from zarrdb.errors import ReadOnlyError
 
 from . import _power_loss_child as child
-from .helpers import PYTHON, TESTS_DIR, child_env, header_journal_mode, opened, read_all, sidecars
+from .helpers import (
+    PYTHON,
+    TESTS_DIR,
+    child_env,
+    header_journal_mode,
+    opened,
+    read_all,
+    remove_leftover,
+    sidecars,
+)
 
 pytestmark = pytest.mark.skipif(
     sys.platform == "win32" or not hasattr(os, "fork"),
@@ -360,7 +369,7 @@ def run_trials(children: Children, tmp_path: Path, durability: str, journal: str
                 f"{where}, power out in step {trial.acked + 1} ({trial.running}): {problem}"
             )
         for leftover in tmp_path.glob(f"*{trial.path.name}*"):
-            leftover.unlink()
+            remove_leftover(leftover)
     summary.seconds = time.perf_counter() - started
     assert summary.trials == count, children.errors()
     return summary
