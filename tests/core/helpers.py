@@ -20,6 +20,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
@@ -194,9 +195,10 @@ def sparse_buffer(path, size: int):
         os.remove(path)
 
 
-def run_in_child(child) -> dict:
-    """Fork; run child() in the child, which returns a JSON-able dict; the parent gets it. The
-    child always leaves with os._exit (never through pytest's own exit)."""
+def fork_child(child) -> tuple[int, int]:
+    """Fork; run child() in the child, which returns a JSON-able dict written to a pipe; the
+    parent gets (pid, the pipe's read end) at once, for child_report. The child always leaves
+    with os._exit (never through pytest's own exit)."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child
@@ -213,10 +215,29 @@ def run_in_child(child) -> dict:
         finally:
             os._exit(status)
     os.close(write_end)
+    return pid, read_end
+
+
+def child_report(pid: int, read_end: int, timeout: float | None = None) -> dict:
+    """What the child of fork_child returned, once it has exited; a child still running after
+    `timeout` seconds is killed and the test fails (a hang)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    done, status = os.waitpid(pid, 0 if deadline is None else os.WNOHANG)
+    while not done:
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise AssertionError(f"the child hangs after {timeout} s")
+        time.sleep(0.05)
+        done, status = os.waitpid(pid, os.WNOHANG)
     with os.fdopen(read_end) as inp:
         data = inp.read()
-    _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (status, data)
     report = json.loads(data)
     assert report.pop("ok"), report.get("traceback")
     return report
+
+
+def run_in_child(child) -> dict:
+    """Fork; run child() in the child, which returns a JSON-able dict; the parent gets it."""
+    return child_report(*fork_child(child))

@@ -14,16 +14,15 @@ inherited refuse with ForkedProcessError.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import time
-import traceback
 from pathlib import Path
 
 import pytest
 from zarr.core.buffer import cpu
 
+from core.helpers import child_report, fork_child
 from zarrdb import SQLiteStore, errors
 
 pytestmark = [
@@ -54,42 +53,11 @@ def _child(store: SQLiteStore, path: Path) -> dict[str, object]:
 
 
 def _fork(store: SQLiteStore, path: Path) -> tuple[int, int]:
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        status = 1
-        try:
-            os.close(read_end)
-            try:
-                report = {"ok": True, **_child(store, path)}
-            except BaseException:
-                report = {"ok": False, "traceback": traceback.format_exc()}
-            with os.fdopen(write_end, "w") as out:
-                json.dump(report, out)
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write_end)
-    return pid, read_end
+    return fork_child(lambda: _child(store, path))
 
 
 def _report(pid: int, read_end: int) -> dict[str, object]:
-    deadline = time.monotonic() + CHILD_TIMEOUT
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            raise AssertionError("the child hangs")
-        time.sleep(0.05)
-    with os.fdopen(read_end) as inp:
-        data = inp.read()
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (status, data)
-    report = json.loads(data)
-    assert report.pop("ok"), report.get("traceback")
-    return report
+    return child_report(pid, read_end, CHILD_TIMEOUT)
 
 
 @pytest.mark.parametrize("journal", ["delete", "wal"])
