@@ -73,6 +73,29 @@ def run_threads(targets: list[Callable[[], None]]) -> None:
 # --- defect 1: a write queued before the transaction began is never rolled back with it ------
 
 
+class LoopTicks:
+    """`async with LoopTicks(interval) as loop:` counts the event loop's turns (loop.count)
+    while the block runs: a wait that blocks the loop's thread stops the count."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.count = 0
+        self._stop = asyncio.Event()
+
+    async def _tick(self) -> None:
+        while not self._stop.is_set():
+            self.count += 1
+            await asyncio.sleep(self.interval)
+
+    async def __aenter__(self) -> LoopTicks:
+        self._task = asyncio.create_task(self._tick())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._stop.set()
+        await self._task
+
+
 def test_write_queued_while_a_transaction_waits_for_the_lock_is_committed_on_its_own(
     tmp_path: Path,
 ) -> None:
@@ -228,27 +251,16 @@ async def test_async_with_waits_for_the_lock_off_the_event_loop(tmp_path: Path) 
     store = SQLiteStore(path, busy_timeout=JOIN_TIMEOUT)
     await store.set("before", buf(b"0"))
     holder = LockHolder(path)
-    ticks = 0
-    stop = asyncio.Event()
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while not stop.is_set():
-            ticks += 1
-            await asyncio.sleep(0.01)
-
-    task = asyncio.create_task(ticker())
     release = asyncio.get_running_loop().call_later(0.5, holder.release)
     try:
-        async with store.transaction():
-            waited_ticks = ticks
-            await store.set("inside", buf(b"i"))
-            assert (await store.get("inside")).to_bytes() == b"i"
+        async with LoopTicks(0.01) as loop:
+            async with store.transaction():
+                waited_ticks = loop.count
+                await store.set("inside", buf(b"i"))
+                assert (await store.get("inside")).to_bytes() == b"i"
         assert waited_ticks >= 10, f"the loop turned {waited_ticks} times in 0.5 s of waiting"
     finally:
         release.cancel()
-        stop.set()
-        await task
         holder.release()
         store.close()
     assert reopened(path) == {"before": b"0", "inside": b"i"}
@@ -260,27 +272,15 @@ async def test_a_read_inside_async_with_waits_off_the_event_loop(tmp_path: Path)
     store = SQLiteStore(tmp_path / "read.zarrdb", durability="off")
     await store.set("before", buf(b"0"))
     values = [os.urandom(16 << 20) for _ in range(4)]
-    ticks = 0
-    stop = asyncio.Event()
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while not stop.is_set():
-            ticks += 1
-            await asyncio.sleep(0.002)
-
-    task = asyncio.create_task(ticker())
     try:
-        async with store.transaction():
+        async with LoopTicks(0.002) as loop, store.transaction():
             for i, value in enumerate(values):
                 await store.set(f"big/{i}", buf(value))  # joined: returns at once
-            before = ticks
+            before = loop.count
             assert (await store.get("big/3")).to_bytes() == values[3]
-            during = ticks - before
+            during = loop.count - before
         assert during >= 3, f"the loop turned {during} times while the read waited"
     finally:
-        stop.set()
-        await task
         store.close()
 
 
