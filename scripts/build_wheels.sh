@@ -60,11 +60,13 @@ done
 # --------------------------------------------------------------------------------------------
 step "cibuildwheel --print-build-identifiers (linux, macos, windows)"
 mkdir "$WORK/tree"
-# The checkout minus version control, virtual environments and build output: the sdist is built
-# from this copy, so setup.py (which cythonizes in place) never writes into the checkout.
+# The checkout minus version control, virtual environments and build output (the documentation
+# site too: CI builds it at the same time, and tar fails on a file that changes as it reads it):
+# the sdist is built from this copy, so setup.py (which cythonizes in place) never writes into
+# the checkout.
 tar -C "$REPO" -cf - \
     --exclude=./.git --exclude='./.venv*' --exclude=./venv --exclude=./build \
-    --exclude=./dist --exclude=./wheelhouse --exclude='*.egg-info' --exclude=__pycache__ \
+    --exclude=./dist --exclude=./site --exclude=./wheelhouse --exclude='*.egg-info' --exclude=__pycache__ \
     --exclude=.pytest_cache --exclude=.hypothesis --exclude=.benchmarks --exclude=bench-results \
     --exclude=.mypy_cache --exclude=.ruff_cache . | tar -C "$WORK/tree" -xf -
 expected_ids() {
