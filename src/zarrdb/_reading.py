@@ -25,6 +25,7 @@ from zarrdb import _format
 if TYPE_CHECKING:
     from zarrdb._connections import Connections
     from zarrdb._core import Database
+    from zarrdb.remote import ReadPool, RemoteLocation
 
 T = TypeVar("T")
 
@@ -81,8 +82,11 @@ def _read_with(conns: Connections, fn: Callable[[Database], T]) -> T:
 
 class Reads:
     if TYPE_CHECKING:
+        _remote: RemoteLocation | None
 
         def _connections(self) -> Connections: ...
+
+        def _read_pool(self) -> ReadPool: ...
 
     def get_sync(
         self,
@@ -126,11 +130,18 @@ class Reads:
     ) -> Buffer | None:
         """The value of `key`, or a byte range of it; None if the key is not stored.
 
-        Small values and ranges are read on the event loop's thread, larger ones in a worker
-        thread. See `get_sync` for the parameters.
+        Small values and ranges of a local file are read on the event loop's thread, larger
+        ones in a worker thread; every read of a remote file in one of the store's read
+        threads. See `get_sync` for the parameters.
         """
         if prototype is None:
             prototype = default_buffer_prototype()
+        if self._remote is not None:
+            # Every read of a remote file in the store's read threads, where waits for the
+            # network overlap (and the event loop's thread never waits for one).
+            return await self._read_pool().run(
+                self.get_sync, key, prototype=prototype, byte_range=byte_range
+            )
         conns = self._connections()
         if conns.in_transaction():
             # The transaction's connection, once the writes queued before are written: wait
@@ -164,6 +175,8 @@ class Reads:
             return db.get_ranges(requests)
 
     async def _get_ranges(self, requests: list[tuple[str, int, int | None]]) -> list[bytes | None]:
+        if self._remote is not None:
+            return await self._read_pool().run(self._get_ranges_sync, requests)
         if len(requests) <= INLINE_BATCH_MAX and not self._connections().in_transaction():
             return self._get_ranges_sync(requests)
         return await asyncio.to_thread(self._get_ranges_sync, requests)
@@ -254,6 +267,8 @@ class Reads:
     async def _read(self, fn: Callable[[Database], T]) -> T:
         """`fn(db)` on the connection a read uses; while an explicit transaction is open, in
         a worker thread (its connection waits for the writes queued before the read)."""
+        if self._remote is not None:
+            return await self._read_pool().run(lambda: _read_with(self._connections(), fn))
         conns = self._connections()
         if conns.in_transaction():
             return await asyncio.to_thread(_read_with, conns, fn)

@@ -36,12 +36,23 @@
 #define ZR_VFS_NAME "zarrdb-remote"
 #define ZR_NAME_MAX 48
 #define ZR_STREAMS 8
+#define ZR_NEAR 4 /* blocks a stream's reader may skip, at least */
 
 typedef struct zr_source zr_source;
 
 /* Copies bytes [offset, offset + length) of the source into dest; 0 on success. */
 typedef int (*zr_fetch_fn)(zr_source *source, sqlite3_int64 offset, sqlite3_int64 length,
                            unsigned char *dest);
+
+/* Arranges for zr_source_fetch_scheduled(source, first, count) to be called soon on another
+ * thread (read-ahead that no reader waits for yet); that call must happen, or the blocks stay
+ * loading. Called with no lock held. */
+typedef void (*zr_schedule_fn)(zr_source *source, sqlite3_int64 first, int count);
+
+/* sqlite3_file_control(db, "main", ZR_FCNTL_SPAN, &bytes): the next read on this connection
+ * that misses starts a span of `bytes` that will be read through (a value of that length):
+ * fetch it in one request instead of discovering it block by block. 0 clears it. */
+#define ZR_FCNTL_SPAN 0x7a720001
 
 typedef struct zr_stats {
     sqlite3_int64 requests;  /* fetches made */
@@ -77,6 +88,8 @@ typedef struct zr_stream {
     sqlite3_int64 hi;       /* the block after its last */
     int run;
     sqlite3_int64 used;     /* when it last grew: the least recently used stream is replaced */
+    sqlite3_int64 trigger;  /* forward streams: a read of this block or later (below hi)
+                               fetches the next run in the background; -1: none */
 } zr_stream;
 
 struct zr_source {
@@ -89,6 +102,8 @@ struct zr_source {
     sqlite3_int64 nblocks;  /* blocks in the file */
     sqlite3_int64 capacity; /* blocks kept */
     int max_run;            /* blocks fetched at most in one request by read-ahead */
+    int min_run;            /* a miss fetches at least the aligned group of this many blocks */
+    int background;         /* read-ahead may be fetched in the background (zr_schedule) */
     zt_mutex mutex;
     zt_cond loaded;         /* broadcast when a fetch ends */
     zr_block **buckets;
@@ -102,12 +117,14 @@ struct zr_source {
 typedef struct zr_file {
     sqlite3_file base;
     zr_source *source;
+    sqlite3_int64 span;     /* ZR_FCNTL_SPAN: bytes the next miss on this file fetches */
 } zr_file;
 
 static zt_mutex zr_registry_lock = ZT_MUTEX_INITIALIZER;
 static zr_source *zr_registry = NULL;
 static unsigned long zr_serial = 0;
 static zr_fetch_fn zr_fetch = NULL;
+static zr_schedule_fn zr_schedule = NULL;
 static sqlite3_vfs *zr_default_vfs = NULL;
 
 /* --- the block table and the LRU list (all under source->mutex) ------------------------------ */
@@ -235,8 +252,10 @@ static int zr_fetch_run(zr_source *s, sqlite3_int64 first, int count) {
 }
 
 /* The stream a miss at `index` continues, with the length of its next run and whether it goes
- * backwards: a miss at most one run past either end of a stream continues it, doubling the run
- * (readers skip a block now and then); a miss at a block the stream skipped fetches the gap;
+ * backwards: a miss at most min(run, max(min_run, ZR_NEAR)) blocks past either end of a stream
+ * continues it,
+ * doubling the run (readers skip a block now and then); a miss at a block the stream skipped
+ * fetches the gap;
  * otherwise a new stream replaces the least recently used one. */
 static zr_stream *zr_stream_for(zr_source *s, sqlite3_int64 index, int *backward) {
     zr_stream *oldest = &s->streams[0];
@@ -245,10 +264,16 @@ static zr_stream *zr_stream_for(zr_source *s, sqlite3_int64 index, int *backward
     for (i = 0; i < ZR_STREAMS; i++) {
         zr_stream *st = &s->streams[i];
         if (st->run > 0) {
-            int ahead = index >= st->hi && index < st->hi + st->run;
-            int behind = index < st->lo && index >= st->lo - st->run;
+            /* within a few blocks of an end: the reader skipped some (concurrent readers go a
+             * little out of order); farther is another stream (a read elsewhere must not
+             * fetch everything between it and the last one) */
+            sqlite3_int64 reach = s->min_run > ZR_NEAR ? s->min_run : ZR_NEAR;
+            sqlite3_int64 near = st->run < reach ? st->run : reach;
+            int ahead = index >= st->hi && index < st->hi + near;
+            int behind = index < st->lo && index >= st->lo - near;
             if (ahead || behind || (index >= st->lo && index < st->hi)) {
                 if (ahead || behind) st->run = st->run * 2 < s->max_run ? st->run * 2 : s->max_run;
+                if (ahead && s->background) st->trigger = index; /* sequential: read ahead */
                 st->used = s->clock;
                 *backward = behind;
                 return st;
@@ -257,6 +282,7 @@ static zr_stream *zr_stream_for(zr_source *s, sqlite3_int64 index, int *backward
         if (st->used < oldest->used) oldest = st;
     }
     oldest->run = 1;
+    oldest->trigger = -1;
     oldest->used = s->clock;
     oldest->lo = index;
     oldest->hi = index + 1;
@@ -275,15 +301,50 @@ static int zr_placeholder(zr_source *s, sqlite3_int64 index) {
     return 1;
 }
 
+/* Background read-ahead: a read of block `index` at or past the trigger of a forward stream
+ * puts placeholders for the stream's next run (its absent blocks from the stream's end on) and
+ * returns it in *first and *count, for zr_schedule once the mutex is let go; the trigger moves
+ * to the first block of that run. So a stream read in order keeps about one run in flight
+ * ahead of its readers, and they rarely wait for a whole round trip. */
+static void zr_read_ahead(zr_source *s, sqlite3_int64 index, sqlite3_int64 *first, int *count) {
+    int i, n;
+    *count = 0;
+    for (i = 0; i < ZR_STREAMS; i++) {
+        zr_stream *st = &s->streams[i];
+        sqlite3_int64 start = st->hi;
+        if (st->run <= 0 || st->trigger < 0 || index < st->trigger || index >= st->hi) continue;
+        st->trigger = -1;
+        for (n = 0; n < st->run && start + n < s->nblocks && n < s->capacity / 2; n++) {
+            if (zr_find(s, start + n) != NULL || !zr_placeholder(s, start + n)) break;
+        }
+        if (n == 0) return;
+        st->hi = start + n;
+        st->trigger = start;
+        st->run = st->run * 2 < s->max_run ? st->run * 2 : s->max_run;
+        s->stats.misses += n;
+        *first = start;
+        *count = n;
+        return;
+    }
+}
+
 /* Copy `n` bytes at `within` of block `index` into dest, fetching as needed; `last` is the last
- * block the whole xRead needs. */
+ * block the whole xRead needs; `*span`, bytes a miss fetches at least (then cleared). */
 static int zr_copy(zr_source *s, sqlite3_int64 index, sqlite3_int64 last, sqlite3_int64 within,
-                   sqlite3_int64 n, unsigned char *dest) {
+                   sqlite3_int64 n, unsigned char *dest, sqlite3_int64 *span) {
     int counted = 0;
+    sqlite3_int64 ahead_first = 0;
+    int ahead_count = 0;
     zt_mutex_lock(&s->mutex);
+    if (s->background) zr_read_ahead(s, index, &ahead_first, &ahead_count);
+    if (ahead_count > 0) {
+        zt_mutex_unlock(&s->mutex);
+        zr_schedule(s, ahead_first, ahead_count);
+        zt_mutex_lock(&s->mutex);
+    }
     for (;;) {
         zr_block *b = zr_find(s, index);
-        sqlite3_int64 want, first, ahead_limit, behind_limit;
+        sqlite3_int64 want, first, ahead_limit, behind_limit, crit;
         zr_stream *stream;
         int backward;
         int ahead;
@@ -307,6 +368,16 @@ static int zr_copy(zr_source *s, sqlite3_int64 index, sqlite3_int64 last, sqlite
          * that the run is one range. */
         stream = zr_stream_for(s, index, &backward);
         want = stream->run > last - index + 1 ? stream->run : last - index + 1;
+        if (*span > 0) { /* the rest of a value read through: all of it at once */
+            sqlite3_int64 blocks = (within + *span + s->block_size - 1) / s->block_size;
+            /* one request at most max_run blocks long (more go in pieces in the background) */
+            if (!s->background && blocks > s->max_run) blocks = s->max_run;
+            if (blocks > want) want = blocks;
+            *span = 0;
+        }
+        if (want > s->capacity / 2 && want > stream->run) {
+            want = s->capacity / 2 > stream->run ? s->capacity / 2 : stream->run;
+        }
         if (want > s->capacity) want = s->capacity;
         if (backward) {
             ahead_limit = stream->lo - index > last - index + 1 ? stream->lo - index : last - index + 1;
@@ -314,6 +385,13 @@ static int zr_copy(zr_source *s, sqlite3_int64 index, sqlite3_int64 last, sqlite
         } else {
             ahead_limit = want;
             behind_limit = stream->hi < index ? index - stream->hi : 0;
+        }
+        if (stream->run == 1 && s->min_run > 1) {
+            /* A miss far from the others: the aligned group of min_run blocks around it. */
+            sqlite3_int64 group = index - index % s->min_run;
+            sqlite3_int64 end = group + s->min_run;
+            if (end - index > ahead_limit) ahead_limit = end - index;
+            if (index - group > behind_limit) behind_limit = index - group;
         }
         if (!zr_placeholder(s, index)) {
             zt_mutex_unlock(&s->mutex);
@@ -333,6 +411,27 @@ static int zr_copy(zr_source *s, sqlite3_int64 index, sqlite3_int64 last, sqlite
         counted = 1;
         if (first < stream->lo) stream->lo = first;
         if (index + ahead > stream->hi) stream->hi = index + ahead;
+        crit = last - index + 1;
+        if (crit > ahead) crit = ahead;
+        if (s->background && (behind > 0 || ahead > crit)) {
+            /* The blocks this read needs first, in a request of their own that it waits for;
+             * the rest of the run in the background, in requests of at most max_run blocks,
+             * so that the reader does not wait for bytes it does not need yet. */
+            sqlite3_int64 rest = index + crit;
+            int left = (int)(ahead - crit);
+            zt_mutex_unlock(&s->mutex);
+            if (behind > 0) zr_schedule(s, first, behind);
+            while (left > 0) {
+                int piece = left > s->max_run ? s->max_run : left;
+                zr_schedule(s, rest, piece);
+                rest += piece;
+                left -= piece;
+            }
+            zt_mutex_lock(&s->mutex);
+            first = index;
+            ahead = crit;
+            behind = 0;
+        }
         if (zr_fetch_run(s, first, ahead + behind) != 0) {
             zt_mutex_unlock(&s->mutex);
             return SQLITE_IOERR_READ;
@@ -354,7 +453,7 @@ static int zr_read(sqlite3_file *file, void *buf, int amount, sqlite3_int64 offs
         sqlite3_int64 n = s->block_size - within;
         int rc;
         if (n > stop - pos) n = stop - pos;
-        rc = zr_copy(s, index, last, within, n, out + (pos - offset));
+        rc = zr_copy(s, index, last, within, n, out + (pos - offset), &f->span);
         if (rc != SQLITE_OK) return rc;
         pos += n;
     }
@@ -394,7 +493,8 @@ static void zr_source_release(zr_source *s) {
 
 /* A new source, registered; NULL when out of memory. */
 static zr_source *zr_source_new(void *owner, sqlite3_int64 size, sqlite3_int64 block_size,
-                                sqlite3_int64 capacity, int max_run) {
+                                sqlite3_int64 capacity, int max_run, int min_run,
+                                int background) {
     zr_source *s = (zr_source *)calloc(1, sizeof(zr_source));
     sqlite3_int64 nbuckets = 64;
     if (s == NULL) return NULL;
@@ -405,6 +505,9 @@ static zr_source *zr_source_new(void *owner, sqlite3_int64 size, sqlite3_int64 b
     s->nblocks = (size + block_size - 1) / block_size;
     s->capacity = capacity < 1 ? 1 : capacity;
     s->max_run = max_run < 1 ? 1 : (max_run > s->capacity ? (int)s->capacity : max_run);
+    s->min_run = min_run < 1 ? 1 : (min_run > s->capacity / 2 ? (int)(s->capacity / 2) : min_run);
+    if (s->min_run < 1) s->min_run = 1;
+    s->background = background && zr_schedule != NULL;
     while (nbuckets < 2 * s->capacity && nbuckets < (1 << 20)) nbuckets *= 2;
     s->nbuckets = nbuckets;
     s->buckets = (zr_block **)calloc((size_t)nbuckets, sizeof(zr_block *));
@@ -515,7 +618,11 @@ static int zr_check_reserved(sqlite3_file *file, int *out) {
 }
 
 static int zr_file_control(sqlite3_file *file, int op, void *arg) {
-    (void)file; (void)op; (void)arg;
+    if (op == ZR_FCNTL_SPAN) {
+        sqlite3_int64 bytes = *(sqlite3_int64 *)arg;
+        ((zr_file *)file)->span = bytes > 0 ? bytes : 0;
+        return SQLITE_OK;
+    }
     return SQLITE_NOTFOUND;
 }
 
@@ -562,6 +669,7 @@ static int zr_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int f
     zt_mutex_unlock(&zr_registry_lock);
     if (s == NULL) return SQLITE_CANTOPEN;
     f->source = s;
+    f->span = 0;
     f->base.pMethods = &zr_io_methods;
     if (out_flags != NULL) *out_flags = SQLITE_OPEN_READONLY;
     return SQLITE_OK;
@@ -666,9 +774,21 @@ static void zr_registry_after_fork(int child) {
     zt_mutex_unlock(&zr_registry_lock);
 }
 
-/* Register the VFS (not as the default) with the function that fetches; idempotent. */
-static int zr_register(zr_fetch_fn fetch) {
+/* Fetch the run of `count` blocks from `first` that zr_schedule was given (their placeholders
+ * are in the table); 0 on success. Called on the thread the schedule function chose. */
+static int zr_source_fetch_scheduled(zr_source *s, sqlite3_int64 first, int count) {
+    int rc;
+    zt_mutex_lock(&s->mutex);
+    rc = zr_fetch_run(s, first, count);
+    zt_mutex_unlock(&s->mutex);
+    return rc;
+}
+
+/* Register the VFS (not as the default) with the function that fetches and the one that
+ * schedules read-ahead (NULL: none); idempotent. */
+static int zr_register(zr_fetch_fn fetch, zr_schedule_fn schedule) {
     zr_fetch = fetch;
+    zr_schedule = schedule;
     if (zr_default_vfs == NULL) {
         zr_default_vfs = sqlite3_vfs_find(NULL);
         if (zr_default_vfs == NULL) return SQLITE_ERROR;

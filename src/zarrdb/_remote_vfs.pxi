@@ -23,10 +23,13 @@ cdef extern from "_remote_vfs.h" nogil:
         sqlite3_int64 cached
     ctypedef int (*zr_fetch_fn)(zr_source* source, sqlite3_int64 offset, sqlite3_int64 length,
                                 unsigned char* dest) noexcept
+    ctypedef void (*zr_schedule_fn)(zr_source* source, sqlite3_int64 first, int count) noexcept
     const char* ZR_VFS_NAME
-    int zr_register(zr_fetch_fn fetch)
+    int ZR_FCNTL_SPAN
+    int zr_register(zr_fetch_fn fetch, zr_schedule_fn schedule)
     zr_source* zr_source_new(void* owner, sqlite3_int64 size, sqlite3_int64 block_size,
-                             sqlite3_int64 capacity, int max_run)
+                             sqlite3_int64 capacity, int max_run, int min_run, int background)
+    int zr_source_fetch_scheduled(zr_source* source, sqlite3_int64 first, int count)
     const char* zr_source_name(zr_source* source)
     void* zr_source_owner(zr_source* source)
     void zr_source_detach(zr_source* source)
@@ -72,7 +75,23 @@ cdef int _remote_fetch(zr_source* source, sqlite3_int64 offset, sqlite3_int64 le
         return 1
 
 
-if zr_register(_remote_fetch) != SQLITE_OK:
+cdef void _remote_schedule(zr_source* source, sqlite3_int64 first, int count) noexcept with gil:
+    # Read-ahead no reader waits for yet, fetched on one of zarrdb.remote's request threads.
+    # Its blocks stay loading until fetched or failed, so if it cannot be handed over it is
+    # fetched here and now.
+    cdef void* owner = zr_source_owner(source)
+    if owner != NULL:
+        remote = <RemoteFile>owner
+        try:
+            remote.schedule(remote._fetch_scheduled, first, count)
+            return
+        except BaseException:
+            pass
+    with nogil:
+        zr_source_fetch_scheduled(source, first, count)
+
+
+if zr_register(_remote_fetch, _remote_schedule) != SQLITE_OK:
     raise ImportError("cannot register zarrdb's remote SQLite VFS")
 
 def _remote_before_fork():
@@ -92,13 +111,19 @@ cdef class RemoteFile:
     """A database file read by byte ranges: `fetch(offset, length)` returns exactly `length`
     bytes (any buffer). Its blocks are cached here, least recently used dropped first, and
     shared by every RemoteDatabase opened on it. Pass `head`, bytes from the start of the file
-    already in hand, to cache them without a fetch."""
+    already in hand, to cache them without a fetch.
+
+    A miss fetches at least the aligned `min_request` bytes around it (default one block); a
+    read in order grows its requests up to `readahead`. With `schedule(function, *args)`,
+    which must call `function(*args)` soon on another thread, a read in order also fetches its
+    next run in the background."""
 
     cdef zr_source* source
     cdef long pid
     cdef readonly str url
     cdef readonly str name
     cdef readonly object fetch
+    cdef readonly object schedule
     cdef readonly int64_t size
     cdef readonly int64_t block_size
 
@@ -106,7 +131,7 @@ cdef class RemoteFile:
         self.source = NULL
 
     def __init__(self, url, size, fetch, *, block_size=1 << 20, cache_size=64 << 20,
-                 readahead=16 << 20, head=None):
+                 readahead=16 << 20, min_request=None, schedule=None, head=None):
         cdef const unsigned char[:] initial
         if self.source != NULL:
             raise _errors.MisuseError("RemoteFile.__init__ called twice", code=SQLITE_MISUSE)
@@ -118,13 +143,18 @@ cdef class RemoteFile:
             raise ValueError(f"block_size must be from 512 bytes to 1 GiB, not {block_size}")
         if cache_size < block_size:
             raise ValueError(f"cache_size ({cache_size}) must hold at least one block ({block_size})")
+        if schedule is not None and not callable(schedule):
+            raise TypeError("schedule must be callable: schedule(function, *args)")
         self.url = str(url)
         self.fetch = fetch
+        self.schedule = schedule
         self.size = size
         self.block_size = block_size
         self.pid = zarrdb_getpid()
         self.source = zr_source_new(<void*>self, size, block_size, cache_size // block_size,
-                                    max(1, min(readahead // block_size, 1 << 20)))
+                                    max(1, min(readahead // block_size, 1 << 20)),
+                                    max(1, min((min_request or block_size) // block_size, 1 << 20)),
+                                    schedule is not None)
         if self.source == NULL:
             raise MemoryError()
         self.name = zr_source_name(self.source).decode("ascii")
@@ -132,6 +162,14 @@ cdef class RemoteFile:
             initial = memoryview(head).cast("B")
             if zr_source_put_head(self.source, &initial[0], initial.shape[0]):
                 raise MemoryError()
+
+    def _fetch_scheduled(self, sqlite3_int64 first, int count):
+        """Fetch the read-ahead run that was scheduled (see `schedule`)."""
+        if self.source == NULL or self.pid != zarrdb_getpid():
+            return
+        with nogil:
+            zr_source_fetch_scheduled(self.source, first, count)
+        _fetch_failures.last = None  # nobody reads this thread's failure: the readers retry
 
     def stats(self):
         """Counters since opening: requests (fetches), bytes fetched, block hits and misses,
@@ -170,6 +208,35 @@ cdef class RemoteDatabase(Database):
                           busy_timeout=busy_timeout, cache_size=cache_size, mmap_size=0,
                           cell_size_check=True)
         self.path = source.url
+
+    cdef void _span(self, int64_t nbytes):
+        cdef sqlite3_int64 value = nbytes
+        if self.db != NULL:
+            sqlite3_file_control(self.db, "main", ZR_FCNTL_SPAN, &value)
+
+    def get(self, key):
+        """As Database.get; the value's length, looked up first, tells the block cache how much
+        the first miss should fetch (the value's pages lie together in a file zarrdb wrote),
+        instead of discovering them a block at a time."""
+        size = self.length(key)
+        if size is None:
+            return None
+        if size > self.source.block_size:
+            self._span(size)
+        try:
+            return Database.get(self, key)
+        finally:
+            self._span(0)
+
+    def get_range(self, key, start, length):
+        """As Database.get_range, with the range's length as the first miss's span."""
+        span = length if length is not None else (-start if start < 0 else 0)
+        if span > self.source.block_size:
+            self._span(span)
+        try:
+            return Database.get_range(self, key, start, length)
+        finally:
+            self._span(0)
 
     cdef object _error(self, int rc, str context=""):
         failure = getattr(_fetch_failures, "last", None)

@@ -95,6 +95,7 @@ cdef extern from "_sqlite_amalgamation.h" nogil:
     const char* sqlite3_column_name(sqlite3_stmt* stmt, int col)
     unsigned char SQLITE_UTF8
 
+    int sqlite3_file_control(sqlite3* db, const char* schema, int op, void* arg)
     int sqlite3_blob_open(sqlite3* db, const char* schema, const char* table,
                           const char* column, sqlite3_int64 rowid, int flags,
                           sqlite3_blob** blob)

@@ -15,9 +15,11 @@ Everything here is public API for the command line as well: `is_url`, `parse_opt
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import datetime
+import functools
 import os
 import queue
 import re
@@ -25,6 +27,7 @@ import threading
 import urllib.parse
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from zarrdb import errors
@@ -35,6 +38,7 @@ __all__ = [
     "SCHEMES",
     "BlockCache",
     "RemoteLocation",
+    "ReadPool",
     "RemoteObject",
     "download",
     "interrupt_requests",
@@ -135,7 +139,7 @@ class BlockCache:
     """How a remote file is cached and read.
 
     Pass one, or a dict of its fields, as `SQLiteStore(url, block_cache=...)`. Every field is
-    a positive number of bytes.
+    a positive number of bytes, but `max_requests`, a count.
 
     Attributes
     ----------
@@ -146,10 +150,19 @@ class BlockCache:
         The unit of caching and the smallest request. Default 1 MiB.
     readahead : int
         The longest request a sequential read grows to (each request right after the
-        previous one is twice as long). Default 16 MiB.
+        previous one is twice as long, and the next one is fetched in the background while
+        the last is read). Default 16 MiB.
+    min_request : int
+        The least a miss fetches: the aligned span of this many bytes around it (its blocks
+        not cached yet). At an object store's latency a request of a few MiB takes hardly
+        longer than one of a few KiB, and the neighbours of a chunk are often read next.
+        Default 4 MiB.
     first_read : int
         Bytes read by the opening request, which holds SQLite's header, the schema and the
         roots of the tables in a file written by zarrdb. Default 1 MiB.
+    max_requests : int
+        Requests in flight at once for this file, and reads of the store running at once
+        (each in a thread of the store's own, off the event loop). Default 16.
 
     Raises
     ------
@@ -161,14 +174,18 @@ class BlockCache:
     block_size: int = 1 * MIB
     readahead: int = 16 * MIB
     first_read: int = 1 * MIB
+    min_request: int = 4 * MIB
+    max_requests: int = 16
 
     def __post_init__(self) -> None:
-        for name in ("size", "block_size", "readahead", "first_read"):
+        for name in ("size", "block_size", "readahead", "first_read", "min_request", "max_requests"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(
-                    f"block_cache {name} must be a positive number of bytes, not {value!r}"
+                    f"block_cache {name} must be a positive whole number, not {value!r}"
                 )
+        if self.max_requests > 1024:
+            raise ValueError(f"block_cache max_requests must be at most 1024, not {self.max_requests}")
         if self.size < self.block_size:
             raise ValueError(
                 f"block_cache size ({self.size:,}) must hold at least one block "
@@ -187,7 +204,7 @@ class BlockCache:
         if unknown:
             raise ValueError(
                 f"unknown block_cache option(s) {', '.join(sorted(unknown))}; "
-                "known: size, block_size, readahead, first_read"
+                "known: size, block_size, readahead, first_read, min_request, max_requests"
             )
         return cls(**value)
 
@@ -392,12 +409,15 @@ def interrupt_requests() -> None:
 
 class _Workers:
     """Daemon threads that make requests for threads waiting on them; an idle one is reused
-    (starting a thread costs about as much as a 64 KiB request on loopback)."""
+    (starting a thread costs about as much as a 64 KiB request on loopback), and ends after
+    IDLE_EXIT seconds without work."""
+
+    IDLE_EXIT = 2.0
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._idle = 0
+        self._idle = 0  # workers waiting for a job that no submit() has counted on yet
         self._pid = os.getpid()
 
     def submit(self, job: Callable[[], None]) -> None:
@@ -416,7 +436,17 @@ class _Workers:
 
     def _work(self, jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
         while True:
-            jobs.get()()
+            try:
+                job = jobs.get(timeout=self.IDLE_EXIT)
+            except queue.Empty:
+                with self._lock:
+                    if jobs is not self._jobs:
+                        return
+                    if self._idle > 0:  # no submit() counts on this worker: it may go
+                        self._idle -= 1
+                        return
+                continue  # a submit() counted on an idle worker: its job is on the way
+            job()
             with self._lock:
                 if jobs is not self._jobs:
                     return
@@ -424,6 +454,77 @@ class _Workers:
 
 
 _workers = _Workers()
+
+
+def _schedule(function: Callable[..., Any], *args: Any) -> None:
+    """Call `function(*args)` soon on a request thread (background read-ahead)."""
+    _workers.submit(lambda: function(*args))
+
+
+# The read pool a thread belongs to, as `_reader.closing` (its closing event): a wait for a
+# request in such a thread ends with ClosedError once the store closes.
+_reader = threading.local()
+
+
+def _check_waiting(started_at: int, closing: threading.Event | None) -> None:
+    """Raise what ends a wait that began when interrupt_requests() had counted `started_at`."""
+    if _interrupts != started_at:
+        raise KeyboardInterrupt
+    if closing is not None and closing.is_set():
+        raise errors.ClosedError(
+            "the store was closed while this read waited for the network; open it again"
+        )
+
+
+class ReadPool:
+    """The threads in which one remote store reads: every read of a remote file runs in one of
+    them (never on an event loop's thread), so that reads from coroutines, threads and zarr's
+    own concurrent chunk reads wait for the network at the same time, each on a read
+    connection of its own. `close()` ends the waits of its threads for requests (they raise
+    ClosedError) and stops the threads."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.closing = threading.Event()
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+
+    def _start(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self.closing.is_set():
+                raise errors.ClosedError("the store is closed")
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    self.size,
+                    thread_name_prefix="zarrdb-remote-read",
+                    initializer=_join_pool,
+                    initargs=(self.closing,),
+                )
+            return self._executor
+
+    async def run(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        """`fn(*args, **kwargs)` in one of the pool's threads."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._start(), functools.partial(fn, *args, **kwargs))
+
+    def cancel(self) -> None:
+        """End the waits for the network of the reads under way (they raise ClosedError)."""
+        self.closing.set()
+
+    def close(self) -> None:
+        """cancel(), then wait for the threads to end."""
+        self.cancel()
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            # From one of its own threads (a read's callback closing the store) it cannot wait
+            # for itself: the threads end once their reads do.
+            inside = getattr(_reader, "closing", None) is self.closing
+            executor.shutdown(wait=not inside, cancel_futures=True)
+
+
+def _join_pool(closing: threading.Event) -> None:
+    _reader.closing = closing
 
 
 def _interruptible(call: Callable[[], _T]) -> _T:
@@ -446,10 +547,10 @@ def _interruptible(call: Callable[[], _T]) -> _T:
             done.set()
 
     started_at = _interrupts
+    closing = getattr(_reader, "closing", None)
     _workers.submit(job)
     while not done.wait(_WAIT_STEP):
-        if _interrupts != started_at:
-            raise KeyboardInterrupt
+        _check_waiting(started_at, closing)
     ok, value = outcome[0]
     if not ok:
         raise value
@@ -470,6 +571,8 @@ class RemoteObject:
         self._get = obstore.get
         self._store = location.object_store()
         self._changed = (obstore.exceptions.PreconditionError, FileNotFoundError)
+        # Requests in flight for this file at most (the threads of every store reading it).
+        self._slots = threading.BoundedSemaphore(cache.max_requests)
         try:
             meta, head = _interruptible(lambda: self._get_range(0, cache.first_read))
         except FileNotFoundError:
@@ -500,6 +603,8 @@ class RemoteObject:
             block_size=cache.block_size,
             cache_size=cache.size,
             readahead=cache.readahead,
+            min_request=cache.min_request,
+            schedule=_schedule,
             head=head,
         )
 
@@ -528,9 +633,22 @@ class RemoteObject:
 
     def _fetch(self, offset: int, length: int) -> Any:
         """Bytes [offset, offset + length) of the version opened, or RemoteReadError."""
+        started_at = _interrupts
+        closing = getattr(_reader, "closing", None)
+        while not self._slots.acquire(timeout=_WAIT_STEP):
+            _check_waiting(started_at, closing)
+
+        def request() -> tuple[Mapping[str, Any], Any]:
+            # The slot is given back when the request ends, not when its reader stops waiting
+            # (an abandoned request is still in flight).
+            try:
+                return self._get_range(offset, length, pinned=True)
+            finally:
+                self._slots.release()
+
         try:
-            return _interruptible(lambda: self._get_range(offset, length, pinned=True))[1]
-        except errors.RemoteFileChangedError:
+            return _interruptible(request)[1]
+        except (errors.RemoteFileChangedError, errors.ClosedError):
             raise
         except self._changed as exc:
             raise self._changed_error() from exc

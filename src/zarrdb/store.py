@@ -196,6 +196,8 @@ class SQLiteStore(FileOperations, Reads, Store):
             # in the caller's thread (zarr opens stores on its own event-loop thread).
             unwind_on_sigterm()
         self._open_lock = threading.Lock()
+        # A remote store's read threads (made at the first read; see remote.ReadPool).
+        self._pool: _remote.ReadPool | None = None
 
     # --- life cycle ------------------------------------------------------------------------
 
@@ -244,7 +246,10 @@ class SQLiteStore(FileOperations, Reads, Store):
     async def _open(self) -> None:
         if self._is_open:
             raise ValueError("store is already open")
-        self._open_sync()
+        if self._remote is not None:  # the opening request, off the event loop's thread
+            await self._read_pool().run(self._open_sync)
+        else:
+            self._open_sync()
 
     def _open_sync(self) -> Connections:
         with self._open_lock:
@@ -268,6 +273,17 @@ class SQLiteStore(FileOperations, Reads, Store):
             self._closer = weakref.finalize(self, conns.close)
             return conns
 
+    def _read_pool(self) -> _remote.ReadPool:
+        """The threads a remote store reads in (a new set after close())."""
+        pool = self._pool
+        if pool is None:
+            with self._open_lock:
+                pool = self._pool
+                if pool is None:
+                    assert self._block_cache is not None
+                    pool = self._pool = _remote.ReadPool(self._block_cache.max_requests)
+        return pool
+
     def _connections(self) -> Connections:
         conns = self._conns
         if conns is None or conns.pid != _PID or conns.closed:
@@ -279,7 +295,10 @@ class SQLiteStore(FileOperations, Reads, Store):
         return self._connections()
 
     async def _ensure_open(self) -> None:
-        self._connections()
+        if self._remote is not None:  # the opening request, off the event loop's thread
+            await self._read_pool().run(self._connections)
+        else:
+            self._connections()
 
     def ensure_open(self) -> None:
         """Open the file now instead of at the first use.
@@ -314,8 +333,16 @@ class SQLiteStore(FileOperations, Reads, Store):
         """
         closer, self._closer = self._closer, None
         self._conns = None
-        if closer is not None:
-            closer()
+        with self._open_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.cancel()  # reads waiting for the network end now, not after their timeouts
+        try:
+            if closer is not None:
+                closer()
+        finally:
+            if pool is not None:
+                pool.close()
         super().close()
 
     def __enter__(self) -> Self:

@@ -17,16 +17,23 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "remote.py"
 def test_the_remote_benchmark_runs_and_prints_its_table(tmp_path):
     out = tmp_path / "rows.json"
     run = subprocess.run(
-        [sys.executable, str(SCRIPT), "--size", "512", "--repeat", "1", "--windows", "5",
-         "--no-dask", "--json", str(out)],
+        [sys.executable, str(SCRIPT), "--size", "1024", "--chunk", "256", "--latency", "0,5",
+         "--repeat", "1", "--no-dask", "--no-bandwidth", "--json", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert run.returncode == 0, run.stdout + run.stderr
+    # The exit status says whether the targets were met: timing, not this test's business.
+    assert run.returncode in (0, 1), run.stdout + run.stderr
     rows = json.loads(out.read_text())["rows"]
-    assert len(rows) == 9
-    assert all(row["met"] in ("yes", "-") for row in rows), rows
-    assert "| target | zarrdb | ObjectStore | met |" in run.stdout
-    full = next(row for row in rows if row["target"].startswith("full read: requests"))
-    assert full["ObjectStore"] == str((512 // 64) ** 2)  # one GET per chunk, counted by the server
+    assert "| workload (target) | 0 ms | 5 ms | met |" in run.stdout
+    timed = [row for row in rows if "ratio" in row]
+    assert {row["latency_ms"] for row in timed} == {0, 5}
+    assert len(timed) == 2 * 3  # arr[:], windows one after another, windows from threads
+    full = [row for row in timed if row["workload"] == "arr[:]"]
+    # one GET per chunk for ObjectStore, counted by the server; zarrdb far fewer
+    assert all(row["objectstore_requests"] == (1024 // 256) ** 2 for row in full), full
+    assert all(row["zarrdb_requests"] < row["objectstore_requests"] for row in full), full
+    economy = {row["workload"]: row for row in rows if "zarrdb_requests" in row and "ratio" not in row}
+    warm = next(row for name, row in economy.items() if "same window again" in name)
+    assert warm["zarrdb_requests"] == 0 and warm["met"], economy

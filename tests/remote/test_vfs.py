@@ -116,7 +116,8 @@ def test_sequential_reads_grow_the_requests_up_to_the_readahead(small_pages, rea
     fetch, remote = remote_file(path, block_size=4 * KIB, readahead=readahead, head=16 * KIB)
     db = RemoteDatabase(remote)
     # A shard of 128x128 float32 is 64 KiB: a chain of 17 overflow pages of 4 KiB, in order.
-    value = db.get("sharded/c/1/1")
+    # Read as a range to its end, its length is not looked up first (see the next test).
+    value = db.get_range("sharded/c/1/1", 0, None)
     assert value is not None and len(value) > 64 * KIB
     grown = [n for _, n in fetch.calls if n > 4 * KIB]
     if readahead == 16 * KIB:
@@ -125,6 +126,30 @@ def test_sequential_reads_grow_the_requests_up_to_the_readahead(small_pages, rea
         assert grown[:3] == [8 * KIB, 16 * KIB, 32 * KIB]
     assert max(n for _, n in fetch.calls) <= readahead
     assert len(fetch.calls) <= 10  # instead of one request per page
+    db.close()
+
+
+@pytest.mark.parametrize("readahead", [16 * KIB, 1024 * KIB])
+def test_a_value_read_whole_is_fetched_in_requests_as_long_as_the_readahead(
+    small_pages, readahead
+):
+    path, _ = small_pages
+    fetch, remote = remote_file(path, block_size=4 * KIB, readahead=readahead, head=16 * KIB)
+    db = RemoteDatabase(remote)
+    with Database(path, mode="r") as local:
+        expected = local.get("sharded/c/1/1")
+    # get() looks the value's length up first: its first miss fetches up to all of it at once,
+    # without the doubling a read of unknown length goes through.
+    assert db.get("sharded/c/1/1") == expected
+    value_requests = [n for _, n in fetch.calls if n > 4 * KIB]  # the B-tree's: one page each
+    assert max(n for _, n in fetch.calls) <= readahead
+    if readahead > len(expected):
+        # all of its overflow pages (the value less what its leaf cell holds) in one request
+        assert len(value_requests) == 1 and value_requests[0] >= len(expected) - 4 * KIB, (
+            fetch.calls
+        )
+    else:
+        assert len(value_requests) <= len(expected) // readahead + 1, fetch.calls
     db.close()
 
 
