@@ -176,7 +176,16 @@ class Reads:
 
     async def _get_ranges(self, requests: list[tuple[str, int, int | None]]) -> list[bytes | None]:
         if self._remote is not None:
-            return await self._read_pool().run(self._get_ranges_sync, requests)
+            pool = self._read_pool()
+            if len(requests) == 1:
+                return await pool.run(self._get_ranges_sync, requests)
+            # Each range in a read thread of its own: their misses are fetched together (the
+            # file is pinned to one version, so separate reads see one snapshot all the same).
+            return list(
+                await asyncio.gather(
+                    *(pool.run(self._get_range_in_thread, *request) for request in requests)
+                )
+            )
         if len(requests) <= INLINE_BATCH_MAX and not self._connections().in_transaction():
             return self._get_ranges_sync(requests)
         return await asyncio.to_thread(self._get_ranges_sync, requests)
