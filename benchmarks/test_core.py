@@ -28,6 +28,7 @@ import pytest
 
 pytest.importorskip("pytest_benchmark", reason="pytest-benchmark is not installed")
 
+from zarrdb._core import Writer  # noqa: E402
 from zarrdb.cli.bench.harness import in_threads  # noqa: E402
 
 from ._common import (  # noqa: E402  (after the skip)
@@ -222,6 +223,7 @@ def test_get_range(benchmark, conns, data_1m, variant, block):
 
 
 # --- set_many: 4096 x 16 KiB in one transaction, into a fresh file each round -----------------
+# (zarrdb: one submission to the writer thread, the path every store write takes)
 
 
 @pytest.mark.benchmark(group="set_many 4096x16KiB")
@@ -229,13 +231,22 @@ def test_get_range(benchmark, conns, data_1m, variant, block):
 @pytest.mark.parametrize("engine", ENGINES)
 def test_set_many(benchmark, tmp_path, set_many_pairs, engine, block):
     pairs = set_many_pairs
-    state = {"round": 0, "con": None}
+    ops = [("set", key, value) for key, value in pairs]  # built in advance, as the tuples are
+    state = {"round": 0, "con": None, "writer": None}
+
+    def close():
+        if state["writer"] is not None:
+            state["writer"].close()
+            state["writer"] = None
+        state["con"].close()
+        state["con"] = None
 
     def fresh():
         # Untimed: close the previous round's connection, delete its files, and create a new
-        # file with an empty table through the engine under test.
+        # file with an empty table through the engine under test. zarrdb writes keys through
+        # its writer thread (as SQLiteStore does): one submission, one transaction.
         if state["con"] is not None:
-            state["con"].close()
+            close()
             for path in tmp_path.glob("round*"):
                 path.unlink()
         state["round"] += 1
@@ -243,16 +254,18 @@ def test_set_many(benchmark, tmp_path, set_many_pairs, engine, block):
         if engine == "zarrdb":
             db = open_zarrdb(path)
             db.executescript(SCHEMA)
-        else:
-            db = open_stdlib(path)
-            db.execute(SCHEMA)
+            state["con"] = db
+            state["writer"] = Writer(db)
+            return (state["writer"],), {}
+        db = open_stdlib(path)
+        db.execute(SCHEMA)
         state["con"] = db
         return (db,), {}
 
     if engine == "zarrdb":
 
-        def run(db):
-            db.set_many(pairs)
+        def run(writer):
+            writer.write(ops)
 
     else:
 
@@ -266,8 +279,7 @@ def test_set_many(benchmark, tmp_path, set_many_pairs, engine, block):
             benchmark, run, workload="set_many-16KiB", variant=engine, block=block,
             total_rounds=12, setup=fresh, pairs=len(pairs),
         )  # fmt: skip
-        state["con"].close()
-        state["con"] = None
+        close()
         check = open_stdlib(tmp_path / f"round{state['round']}.zarrdb")
         try:
             count, total = check.execute("SELECT count(*), sum(length(v)) FROM zarr").fetchone()
@@ -277,7 +289,7 @@ def test_set_many(benchmark, tmp_path, set_many_pairs, engine, block):
             check.close()
     finally:
         if state["con"] is not None:
-            state["con"].close()
+            close()
 
 
 # --- list_dir: a group of 200 children with 500 keys each ------------------------------------

@@ -5,7 +5,8 @@
 Sections (each a default in src/zarrdb/_reading.py, _writing.py or _connections.py):
 
     page      page size (4 .. 64 KiB) x journal mode while ingesting (WAL vs DELETE), on ingest
-              of 16 KiB and 1 MiB values (engine, transactions of ~8 MiB, as group commits are)
+              of 16 KiB and 1 MiB values (the engine's writer thread, transactions of ~8 MiB, as
+              group commits are)
     deep      page size x auto_vacuum (none vs incremental: the pointer map) on random 16 KiB
               byte ranges from the second half of 1, 4 and 16 MiB values (engine)
     cache     cache_size 2 MiB vs 32 MiB x mmap_size 0 vs 256 MiB on random reads (engine, the
@@ -53,7 +54,7 @@ import zarrdb._reading as zreading
 import zarrdb._writing as zwriting
 import zarrdb.store as zstore
 from zarrdb import SQLiteStore
-from zarrdb._core import Database
+from zarrdb._core import Database, Writer
 from zarrdb.cli.bench.harness import machine_counters, others_cpu_share, round_robin
 
 KIB = 1024
@@ -170,10 +171,20 @@ def write_file(
         path, page_size=page_size, auto_vacuum=auto_vacuum, journal="delete", synchronous="off"
     )
     try:
-        for i in range(0, len(items), 64):
-            db.set_many(items[i : i + 64])
+        write_batches(db, [items[i : i + 64] for i in range(0, len(items), 64)])
     finally:
         db.close()
+
+
+def write_batches(db: Database, batches: list[list[tuple[str, bytes]]]) -> None:
+    """Each batch as one submission to a writer thread on `db` (the path SQLiteStore's writes
+    take), committed before the next is queued."""
+    writer = Writer(db)
+    try:
+        for batch in batches:
+            writer.write([("set", key, value) for key, value in batch])
+    finally:
+        writer.close()
 
 
 def median(xs: list[float]) -> float:
@@ -212,10 +223,15 @@ def run_ingest(
     checkpoint, back to DELETE mode), and close it. Returns (seconds until the last commit,
     seconds until the file is finished)."""
     try:
-        t0 = time.perf_counter()
-        for txn in transactions:
-            db.set_many(txn)
-        t1 = time.perf_counter()
+        batches = [[("set", key, value) for key, value in txn] for txn in transactions]
+        writer = Writer(db)
+        try:
+            t0 = time.perf_counter()
+            for ops in batches:
+                writer.write(ops)
+            t1 = time.perf_counter()
+        finally:
+            writer.close()
         if journal == "wal":
             db.checkpoint("truncate")
             db.journal_mode("delete")

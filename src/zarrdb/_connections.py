@@ -329,10 +329,9 @@ class Connections:
         file in DELETE mode; the write connection is closed whatever fails."""
         db = writing.db
         try:
-            writing.close()  # commits everything queued and stops the thread
-            if db.in_transaction:
-                # An explicit transaction whose block has not ended: closing discards it.
-                db.rollback()
+            # Commits everything queued, stops the thread, and discards an explicit
+            # transaction whose block has not ended.
+            writing.close()
             with contextlib.suppress(errors.ZarrDBError):
                 # What a delete freed and the writer had no time to give back yet.
                 if db.pragma("auto_vacuum") == 2 and db.pragma("freelist_count"):
@@ -340,9 +339,9 @@ class Connections:
             if writing.writer.touch_skipped:
                 with contextlib.suppress(errors.ZarrDBError):
                     # Best effort: the data is committed already; a stale modified_at (which
-                    # readers must not rely on) is no reason to fail closing.
-                    with db.transaction():
-                        db.execute(_format.TOUCH_MODIFIED_AT)
+                    # readers must not rely on) is no reason to fail closing. One statement:
+                    # its own transaction.
+                    db.execute(_format.TOUCH_MODIFIED_AT)
             _release_siblings(self)
             try:
                 db.checkpoint("truncate")
@@ -516,7 +515,7 @@ def _initialise(db: Database, opts: dict[str, Any], path: str) -> None:
     db.pragma("auto_vacuum", AUTO_VACUUM)  # before the first table: only an empty file takes it
     # SQLite sized the cache in pages of the old size: size it again in KiB.
     db.pragma("cache_size", -int(opts["cache_size"]))
-    with db.transaction():
+    with db._atomic():  # schema work on a connection no writer runs yet
         facts = _format.read_facts(db)  # another process may have won the race
         if not facts.is_empty:
             _format.warn(_format.validate(facts, path=path, writable=True))

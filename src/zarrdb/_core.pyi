@@ -1,7 +1,7 @@
 """Type stubs for zarrdb._core, the engine under SQLiteStore (knows nothing of zarr)."""
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
@@ -13,8 +13,8 @@ MAX_VALUE_SIZE: int  # 2_147_483_645, the spec's limit for one value
 
 def _library_info() -> tuple[str, str, tuple[str, ...]]: ...
 
-class Transaction:
-    """Context manager from Database.transaction(): the outermost level is BEGIN IMMEDIATE ..
+class _Atomic:
+    """Context manager from Database._atomic(): the outermost level is BEGIN IMMEDIATE ..
     COMMIT, inner levels are savepoints; an exception rolls back that level and propagates."""
 
     def __enter__(self) -> Database: ...
@@ -97,19 +97,6 @@ class Database:
     def exists(self, key: str) -> bool: ...
     def length(self, key: str) -> int | None: ...
 
-    # writes (each is one transaction unless inside one) ---------------------------------
-    def set(self, key: str, value: Buffer) -> None: ...
-    def set_many(self, pairs: Iterable[tuple[str, Buffer]]) -> None: ...
-    def set_if_absent(self, key: str, value: Buffer) -> bool:
-        """Insert unless the key exists; True if it was written."""
-
-    def delete(self, key: str) -> bool:
-        """True if the key existed."""
-
-    def delete_many(self, keys: Iterable[str]) -> int: ...
-    def delete_prefix(self, prefix: str) -> int:
-        """Delete every key that starts with `prefix` ("" deletes all); returns the count."""
-
     # listings ------------------------------------------------------------------------
     def list_keys(self) -> list[str]: ...
     def list_prefix(self, prefix: str) -> list[str]:
@@ -127,16 +114,17 @@ class Database:
 
     def rename_prefix(self, old: str, new: str) -> int:
         """Move every key starting with `old` to start with `new`, atomically; returns the
-        count. ConstraintError (nothing moved) if a new key exists."""
+        count. ConstraintError (nothing moved) if a new key exists. Maintenance, run on the
+        connection Writer.holding() hands over."""
 
     def size_prefix(self, prefix: str) -> int: ...
     def count_prefix(self, prefix: str) -> int: ...
 
-    # transactions ----------------------------------------------------------------------
-    def begin_write(self) -> None: ...
-    def commit(self) -> None: ...
-    def rollback(self) -> None: ...
-    def transaction(self) -> Transaction: ...
+    # schema and maintenance work (keys are written by a Writer) ---------------------------
+    def _atomic(self) -> _Atomic:
+        """The block's statements as one unit (BEGIN IMMEDIATE .. COMMIT, or a savepoint inside
+        the open transaction), for creating a file and for maintenance on a connection no
+        writer runs or that Writer.holding() handed over."""
 
     # maintenance and plain SQL -----------------------------------------------------------
     def checkpoint(

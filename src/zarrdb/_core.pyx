@@ -1,6 +1,7 @@
 # cython: freethreading_compatible = False
-"""zarrdb's engine, compiled with its own copy of SQLite: Database (one SQLite connection), and
-in files included at the end, the writer thread (_writer.pxi) and the read-only remote VFS
+"""zarrdb's engine, compiled with its own copy of SQLite: Database (one SQLite connection: reads,
+listings, maintenance), and in files included at the end, the writer thread (_writer.pxi), which
+writes every key and runs the explicit transactions, and the read-only remote VFS
 (_remote_vfs.pxi).
 
 Each method reads the same way: check the connection and gather the Python arguments (keys as
@@ -107,9 +108,6 @@ if (
 DEF _NOGIL_COPY = 65536
 # Values at least this long are read with the blob API (no intermediate copy inside SQLite).
 DEF _BLOB_READ_MIN = 65536
-# Values at least this long are written with the blob API by Database's own writes (the
-# writer's threshold is its own parameter, _writing.BLOB_WRITE_MIN): see _write_large.
-DEF _BLOB_WRITE_MIN = 131072
 # Not SQLite codes: a listing met a NULL key (a foreign writer broke the schema's rules), or
 # keys out of order (a damaged index).
 DEF _NULL_KEY = -77
@@ -515,14 +513,14 @@ cdef int _busy_wait(void* arg, int count) noexcept nogil:
 include "_ops.pxi"
 
 
-cdef class Transaction:
-    """Context manager from Database.transaction(): BEGIN IMMEDIATE .. COMMIT at the outermost
-    level, a savepoint inside; an exception rolls that level back and propagates. The same
-    begin/end the engine's own batches use (Database._begin_if_needed, _finish)."""
+cdef class _Atomic:
+    """Context manager from Database._atomic(): BEGIN IMMEDIATE .. COMMIT, or a savepoint
+    inside the open transaction; an exception rolls that level back and propagates. The same
+    begin/end the writer thread's batches and explicit transactions use (_begin_if_needed,
+    _finish)."""
 
     cdef Database db
     cdef int began
-    cdef int ends  # the Database's count of commit()/rollback() calls at the start
 
     def __cinit__(self, Database db):
         self.db = db
@@ -533,7 +531,6 @@ cdef class Transaction:
         db._enter()
         try:
             self.began = db._begin_if_needed(S_BEGIN_WRITE)
-            self.ends = db._ends
         finally:
             db._leave()
         return db
@@ -543,7 +540,7 @@ cdef class Transaction:
         db._enter()
         try:
             if sqlite3_get_autocommit(db.db):
-                if exc_type is None and db._ends == self.ends:
+                if exc_type is None:
                     # SQLite rolled the transaction back itself after an error inside the
                     # block (a full disk, say) that the block caught: nothing of it is stored.
                     raise _errors.SQLiteError(
@@ -569,7 +566,6 @@ cdef class Database:
     cdef sqlite3_stmt* stmts[<int>S_COUNT]
     cdef long pid
     cdef int busy
-    cdef int _ends  # commit() and rollback() calls: a transaction the caller ended itself
     cdef readonly str path
     cdef readonly bint readonly
     cdef double _busy_timeout
@@ -1367,7 +1363,7 @@ cdef class Database:
         finally:
             self._leave()
 
-    # --- writes -------------------------------------------------------------------------
+    # --- writes: run by the writer thread (_writer.pxi) --------------------------------------
 
     cdef int _prepare_writes(self) except -1:
         """Prepare the statements write operations run (_ops.pxi), before any runs nogil."""
@@ -1375,73 +1371,6 @@ cdef class Database:
         for which in _WRITE_STMTS:
             self._stmt(which)
         return 0
-
-    cdef int64_t _write(self, list items, str verb="write") except -1:
-        """Run write operations (see _gather_ops) in one transaction, or in a savepoint inside
-        the open one; returns the rows written or deleted. On an error nothing of it stays."""
-        cdef Py_ssize_t n = len(items)
-        cdef Py_ssize_t i
-        cdef Py_ssize_t failed = -1
-        cdef WOp* ops
-        cdef _Buffers buffers = _Buffers(n)
-        cdef list keep = []
-        cdef list names = []
-        cdef int rc = SQLITE_OK
-        cdef int began
-        cdef int64_t changes = 0
-        cdef bint freed = False
-        cdef int64_t blob_min = _BLOB_WRITE_MIN
-        if n == 0:
-            return 0
-        ops = <WOp*>calloc(n, sizeof(WOp))
-        if ops == NULL:
-            raise MemoryError()
-        try:
-            _gather_ops(items, ops, buffers, keep, names, self.path)
-            self._enter()
-            try:
-                self._prepare_writes()
-                began = self._begin_if_needed(S_BEGIN_WRITE)
-                with nogil:
-                    for i in range(n):
-                        rc = _apply_op(self.db, self.stmts, blob_min, &ops[i], &changes, &freed)
-                        if rc != SQLITE_OK:
-                            failed = i
-                            break
-                if rc != SQLITE_OK:
-                    err = self._error(rc, f"cannot {verb} {names[failed]!r}")
-                    self._finish(began, False)
-                    raise err
-                self._finish(began, True)
-            finally:
-                self._leave()
-            return changes
-        finally:
-            free(ops)
-
-    def set(self, key, value):
-        """Store `value` (any contiguous buffer) under `key`, replacing what was there."""
-        self._write([("set", key, value)])
-
-    def set_if_absent(self, key, value):
-        """Store `value` under `key` unless the key exists; True if it was written."""
-        return self._write([("set_if_absent", key, value)]) > 0
-
-    def set_many(self, pairs):
-        """Store several (key, value) pairs in one transaction (or inside the open one)."""
-        self._write([("set", key, value) for key, value in pairs])
-
-    def delete(self, key):
-        """Delete `key`; True if it existed."""
-        return self._write([("delete", key, None)], "delete") > 0
-
-    def delete_many(self, keys):
-        """Delete several keys in one transaction; returns how many existed."""
-        return self._write([("delete", key, None) for key in keys], "delete")
-
-    def delete_prefix(self, prefix):
-        """Delete every key that starts with `prefix` ("" deletes all); returns the count."""
-        return self._write([("delete_prefix", prefix, None)], "delete")
 
     # --- listings -----------------------------------------------------------------------
 
@@ -1596,14 +1525,15 @@ cdef class Database:
     def rename_prefix(self, old, new):
         """Move every key that starts with `old` to start with `new` instead, in one
         transaction (or inside the open one); returns how many keys moved. ConstraintError
-        (nothing moved) if a new key exists already."""
+        (nothing moved) if a new key exists already. Maintenance: the store runs it on the
+        write connection its writer hands over (Writer.holding)."""
         cdef Range r
         cdef list keep = []
         if not old:
             raise _errors.InvalidKeyError("rename_prefix needs a non-empty prefix")
         _prefix_bytes(new)
         _range(old, &r, keep)
-        with self.transaction():
+        with self._atomic():
             self.execute(
                 f"UPDATE {_TABLE} SET k = CAST(CAST(?1 AS BLOB) || substr(CAST(k AS BLOB), ?2 + 1) "
                 "AS TEXT) WHERE k >= CAST(?3 AS TEXT) AND k < CAST(?4 AS TEXT)",
@@ -1619,43 +1549,14 @@ cdef class Database:
         """How many keys start with `prefix`."""
         return self._scalar_range(S_COUNT_ALL, S_COUNT_RANGE, prefix)
 
-    # --- transactions ---------------------------------------------------------------------
+    # --- schema and maintenance work ---------------------------------------------------------
 
-    def begin_write(self):
-        """BEGIN IMMEDIATE: take the write lock now (waiting up to the busy timeout)."""
-        self._enter()
-        try:
-            if not sqlite3_get_autocommit(self.db):
-                raise _errors.MisuseError(
-                    f"a transaction is already open on {self.path!r}", code=SQLITE_MISUSE
-                )
-            self._begin_if_needed(S_BEGIN_WRITE)
-        finally:
-            self._leave()
-
-    def commit(self):
-        """Commit the open transaction. If the commit fails (e.g. DatabaseLockedError) the
-        transaction stays open: retry commit() or call rollback()."""
-        self._enter()
-        try:
-            if not sqlite3_get_autocommit(self.db):
-                self._step_simple(S_COMMIT, "cannot commit")
-                self._ends += 1
-        finally:
-            self._leave()
-
-    def rollback(self):
-        """Roll back the open transaction (no-op without one)."""
-        self._enter()
-        try:
-            self._finish(not sqlite3_get_autocommit(self.db), False)
-            self._ends += 1
-        finally:
-            self._leave()
-
-    def transaction(self):
-        """A context manager: one atomic write transaction; nested uses are savepoints."""
-        return Transaction(self)
+    def _atomic(self):
+        """A context manager making the block's statements one unit: BEGIN IMMEDIATE .. COMMIT,
+        or a savepoint inside the open transaction; rolled back if the block raises. Keys are
+        written by the writer thread (Writer); this is for the SQL of creating a file and of
+        maintenance on a connection no writer runs or that Writer.holding() handed over."""
+        return _Atomic(self)
 
     # --- maintenance and plain SQL ----------------------------------------------------------
 

@@ -81,7 +81,9 @@ class FileOperations:
         _format.check_key(dst[:-1])
 
         def run(db: Database) -> int:
-            with db.transaction():
+            # The writer has handed its connection over: the checks and the move are one unit
+            # (inside an open explicit transaction, a savepoint of it).
+            with db._atomic():
                 if not db.has_prefix(src):
                     raise FileNotFoundError(f"nothing stored at {source!r} in {self.path!r}")
                 if db.has_prefix(dst):

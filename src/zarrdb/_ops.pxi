@@ -1,5 +1,5 @@
-# Write operations, shared by Database's own write methods and the writer thread
-# (_writer.pxi). Included into _core.pyx before the Database class.
+# Write operations of the writer thread (_writer.pxi), the only path keys are written by.
+# Included into _core.pyx before the Database class.
 #
 # An operation is gathered from Python objects (the key's UTF-8 form, the value's buffer) into
 # a WOp by _gather_ops, with the GIL; _apply_op then runs it without the GIL, on a connection

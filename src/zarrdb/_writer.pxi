@@ -1394,9 +1394,10 @@ cdef class Writer:
         return self._closed
 
     def close(self):
-        """Write everything queued, stop the thread, and give the Database back to Python.
-        Holds asked for from now on, and those still waiting, raise ClosedError; one granted
-        already is waited for. Must not be called while holding."""
+        """Write everything queued, stop the thread, roll back an explicit transaction whose
+        block has not ended, and give the Database back to Python. Holds asked for from now
+        on, and those still waiting, raise ClosedError; one granted already is waited for.
+        Must not be called while holding."""
         cdef WState* w = self.w
         if self._closed:
             return
@@ -1411,7 +1412,12 @@ cdef class Writer:
                 zt_cond_wait(&w.done, &w.mu)
             zt_mutex_unlock(&w.mu)
         self._stop()
-        self.db._leave()
+        try:
+            if not sqlite3_get_autocommit(self.db.db):
+                # Nobody can end it now (end() raises ClosedError): it is discarded.
+                self.db._finish(1, False)
+        finally:
+            self.db._leave()
 
     cdef void _stop(self) noexcept:
         cdef WState* w = self.w

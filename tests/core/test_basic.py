@@ -21,6 +21,7 @@ import pytest
 from zarrdb import errors
 from zarrdb._core import Database
 
+from . import writes
 from .helpers import LockHolder, make_db_file, sqlite_rows
 
 # --- opening -------------------------------------------------------------------------------
@@ -33,7 +34,7 @@ def test_mode_c_creates_a_missing_file(tmp_path):
         assert not db.readonly
         assert not db.closed
         db.executescript("CREATE TABLE zarr(k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL)")
-        db.set("k", b"v")
+        writes.set(db, "k", b"v")
     assert sqlite_rows(path, "SELECT k, v FROM zarr") == [("k", b"v")]
 
 
@@ -42,14 +43,14 @@ def test_default_mode_is_read_write_create(tmp_path):
     with Database(path) as db:
         assert not db.readonly
         db.executescript("CREATE TABLE zarr(k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL)")
-        db.set("a", b"1")
+        writes.set(db, "a", b"1")
     assert path.exists()
 
 
 def test_mode_w_opens_an_existing_file_for_writing(db_path):
     with Database(db_path, mode="w") as db:
         assert not db.readonly
-        db.set("k", b"written")
+        writes.set(db, "k", b"written")
     assert sqlite_rows(db_path, "SELECT v FROM zarr WHERE k = 'k'") == [(b"written",)]
 
 
@@ -59,7 +60,7 @@ def test_mode_r_reads_and_refuses_writes(tmp_path):
         assert db.readonly
         assert db.get("k") == b"value"
         with pytest.raises(errors.ReadOnlyError):
-            db.set("k", b"other")
+            writes.set(db, "k", b"other")
     assert sqlite_rows(path, "SELECT v FROM zarr") == [(b"value",)]
 
 
@@ -81,7 +82,7 @@ def test_uri_read_only(tmp_path):
     with Database(uri, uri=True) as db:
         assert db.get("k") == b"1"
         with pytest.raises(errors.ReadOnlyError):
-            db.set("k", b"2")
+            writes.set(db, "k", b"2")
     assert sqlite_rows(path, "SELECT v FROM zarr") == [(b"1",)]
 
 
@@ -89,7 +90,7 @@ def test_uri_mode_rwc_creates_the_file(tmp_path):
     path = tmp_path / "from-uri.zarrdb"
     with Database("file:" + quote(str(path)) + "?mode=rwc", uri=True) as db:
         db.executescript("CREATE TABLE zarr(k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL)")
-        db.set("x", b"y")
+        writes.set(db, "x", b"y")
     assert sqlite_rows(path, "SELECT k, v FROM zarr") == [("x", b"y")]
 
 
@@ -115,7 +116,7 @@ def test_immutable_reads_without_locking(tmp_path, name):
             assert db.get("k") == b"immutable"
             assert db.list_keys() == ["k"]
             with pytest.raises(errors.ReadOnlyError):
-                db.set("k", b"no")
+                writes.set(db, "k", b"no")
 
 
 def test_immutable_implies_read_only_even_with_mode_c(tmp_path):
@@ -123,7 +124,7 @@ def test_immutable_implies_read_only_even_with_mode_c(tmp_path):
     with Database(path, mode="c", immutable=True) as db:
         assert db.readonly
         with pytest.raises(errors.ReadOnlyError):
-            db.delete("k")
+            writes.delete(db, "k")
     assert sqlite_rows(path, "SELECT k FROM zarr") == [("k",)]
 
 
@@ -139,7 +140,7 @@ def test_page_size_applies_to_a_new_file(tmp_path):
     path = tmp_path / "p.zarrdb"
     with Database(path, page_size=8192) as db:
         db.executescript("CREATE TABLE zarr(k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL)")
-        db.set("k", b"v")
+        writes.set(db, "k", b"v")
     assert sqlite_rows(path, "PRAGMA page_size") == [(8192,)]
 
 
@@ -147,7 +148,7 @@ def test_page_size_applies_to_a_new_file_in_wal_mode(tmp_path):
     path = tmp_path / "pw.zarrdb"
     with Database(path, page_size=16384, journal_mode="wal") as db:
         db.executescript("CREATE TABLE zarr(k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL)")
-        db.set("k", b"v")
+        writes.set(db, "k", b"v")
         assert db.pragma("page_size") == 16384
     assert sqlite_rows(path, "PRAGMA page_size") == [(16384,)]
 
@@ -155,7 +156,7 @@ def test_page_size_applies_to_a_new_file_in_wal_mode(tmp_path):
 def test_page_size_leaves_an_existing_file_alone(db_path):
     assert sqlite_rows(db_path, "PRAGMA page_size") == [(4096,)]
     with Database(db_path, page_size=1024) as db:
-        db.set("k", b"v" * 10_000)
+        writes.set(db, "k", b"v" * 10_000)
     assert sqlite_rows(db_path, "PRAGMA page_size") == [(4096,)]
     assert sqlite_rows(db_path, "SELECT length(v) FROM zarr") == [(10_000,)]
 
@@ -174,7 +175,7 @@ def test_cache_size_is_in_kib(db_path):
 def test_mmap_size(db_path):
     with Database(db_path, mmap_size=1 << 20) as db:
         assert db.pragma("mmap_size") == 1 << 20
-        db.set("k", b"x" * 5000)
+        writes.set(db, "k", b"x" * 5000)
         assert db.get("k") == b"x" * 5000
     with Database(db_path, mmap_size=0) as db:
         assert db.pragma("mmap_size") == 0
@@ -198,13 +199,13 @@ def test_journal_mode_at_open(db_path, mode):
     with Database(db_path, journal_mode=mode) as db:
         assert db.journal_mode() == mode
         assert str(db.pragma("journal_mode")).lower() == mode
-        db.set("k", b"v")
+        writes.set(db, "k", b"v")
         assert db.get("k") == b"v"
 
 
 def test_wal_journal_mode_at_open_is_persistent(db_path):
     with Database(db_path, journal_mode="wal") as db:
-        db.set("k", b"v")
+        writes.set(db, "k", b"v")
     assert sqlite_rows(db_path, "PRAGMA journal_mode") == [("wal",)]
 
 
@@ -229,7 +230,7 @@ def test_close_is_idempotent(db_path):
 def test_context_manager_closes(db_path):
     with Database(db_path) as db:
         assert not db.closed
-        db.set("k", b"1")
+        writes.set(db, "k", b"1")
     assert db.closed
 
 
@@ -242,7 +243,7 @@ def test_context_manager_closes_on_exception(db_path):
 
 def test_close_leaves_no_journal_files_in_delete_mode(db_path):
     with Database(db_path) as db:
-        db.set("k", b"v")
+        writes.set(db, "k", b"v")
     leftovers = sorted(p.name for p in db_path.parent.iterdir())
     assert leftovers == [db_path.name]
 
@@ -257,21 +258,18 @@ def test_close_leaves_no_journal_files_in_delete_mode(db_path):
         lambda db: db.get_ranges([("k", 0, None)]),
         lambda db: db.exists("k"),
         lambda db: db.length("k"),
-        lambda db: db.set("k", b"v"),
-        lambda db: db.set_many([("k", b"v")]),
-        lambda db: db.set_if_absent("k", b"v"),
-        lambda db: db.delete("k"),
-        lambda db: db.delete_many(["k"]),
-        lambda db: db.delete_prefix(""),
+        lambda db: writes.set(db, "k", b"v"),
+        lambda db: writes.set_many(db, [("k", b"v")]),
+        lambda db: writes.set_if_absent(db, "k", b"v"),
+        lambda db: writes.delete(db, "k"),
+        lambda db: writes.delete_many(db, ["k"]),
+        lambda db: writes.delete_prefix(db, ""),
         lambda db: db.list_keys(),
         lambda db: db.list_prefix("a"),
         lambda db: db.list_dir(""),
         lambda db: db.size_prefix(""),
         lambda db: db.count_prefix(""),
-        lambda db: db.begin_write(),
-        lambda db: db.commit(),
-        lambda db: db.rollback(),
-        lambda db: db.transaction().__enter__(),
+        lambda db: db._atomic().__enter__(),
         lambda db: db.checkpoint(),
         lambda db: db.journal_mode(),
         lambda db: db.integrity_check(),
@@ -326,7 +324,7 @@ def test_get_missing_is_none(any_db):
 
 
 def test_set_get_roundtrip(any_db):
-    any_db.set("a/b/c", b"\x00\x01\x02value\xff")
+    writes.set(any_db, "a/b/c", b"\x00\x01\x02value\xff")
     assert any_db.get("a/b/c") == b"\x00\x01\x02value\xff"
     assert type(any_db.get("a/b/c")) is bytes
     assert any_db.exists("a/b/c") is True
@@ -339,7 +337,7 @@ def test_get_of_values_of_changing_sizes(any_db):
     sizes = [16384, 16384, 16383, 16385, 0, 1, 65534, 65535, 65536, 200_000, 16384, 0, 0, 7]
     values = {f"v/{i}": bytes((i * 7 + j) % 251 for j in range(n)) for i, n in enumerate(sizes)}
     for key, value in values.items():
-        any_db.set(key, value)
+        writes.set(any_db, key, value)
     for _ in range(2):
         for key, value in values.items():
             got = any_db.get(key)
@@ -352,15 +350,15 @@ def test_get_of_values_of_changing_sizes(any_db):
 
 
 def test_set_replaces(any_db):
-    any_db.set("k", b"first value, long")
-    any_db.set("k", b"2nd")
+    writes.set(any_db, "k", b"first value, long")
+    writes.set(any_db, "k", b"2nd")
     assert any_db.get("k") == b"2nd"
     assert any_db.length("k") == 3
     assert any_db.count_prefix("") == 1
 
 
 def test_set_is_visible_to_another_process(db):
-    db.set("k", b"committed")
+    writes.set(db, "k", b"committed")
     assert sqlite_rows(db.path, "SELECT k, v, typeof(v) FROM zarr") == [("k", b"committed", "blob")]
 
 
@@ -371,7 +369,7 @@ def test_value_written_by_another_program_is_read(tmp_path):
 
 
 def test_empty_value(any_db):
-    any_db.set("empty", b"")
+    writes.set(any_db, "empty", b"")
     assert any_db.get("empty") == b""
     assert any_db.length("empty") == 0
     assert any_db.exists("empty")
@@ -382,54 +380,54 @@ def test_empty_value(any_db):
 def test_large_value_roundtrip(any_db):
     # Large enough for overflow pages and for the copy made without the GIL.
     value = np.random.default_rng(1).integers(0, 256, 3_000_000, dtype=np.uint8).tobytes()
-    any_db.set("big", value)
+    writes.set(any_db, "big", value)
     assert any_db.get("big") == value
     assert any_db.length("big") == len(value)
     assert any_db.get_many(["big", "none"]) == [value, None]
 
 
 def test_set_if_absent(any_db):
-    assert any_db.set_if_absent("k", b"first") is True
-    assert any_db.set_if_absent("k", b"second") is False
+    assert writes.set_if_absent(any_db, "k", b"first") is True
+    assert writes.set_if_absent(any_db, "k", b"second") is False
     assert any_db.get("k") == b"first"
-    any_db.delete("k")
-    assert any_db.set_if_absent("k", b"third") is True
+    writes.delete(any_db, "k")
+    assert writes.set_if_absent(any_db, "k", b"third") is True
     assert any_db.get("k") == b"third"
 
 
 def test_set_if_absent_keeps_an_empty_value(any_db):
-    any_db.set("k", b"")
-    assert any_db.set_if_absent("k", b"x") is False
+    writes.set(any_db, "k", b"")
+    assert writes.set_if_absent(any_db, "k", b"x") is False
     assert any_db.get("k") == b""
 
 
 def test_delete(any_db):
-    any_db.set("k", b"1")
-    assert any_db.delete("k") is True
+    writes.set(any_db, "k", b"1")
+    assert writes.delete(any_db, "k") is True
     assert any_db.get("k") is None
-    assert any_db.delete("k") is False
+    assert writes.delete(any_db, "k") is False
 
 
 def test_delete_many_counts_the_keys_that_existed(any_db):
-    any_db.set_many([("a", b"1"), ("b", b"2"), ("c", b"3")])
-    assert any_db.delete_many(["a", "missing", "c", "a"]) == 2
+    writes.set_many(any_db, [("a", b"1"), ("b", b"2"), ("c", b"3")])
+    assert writes.delete_many(any_db, ["a", "missing", "c", "a"]) == 2
     assert any_db.list_keys() == ["b"]
-    assert any_db.delete_many([]) == 0
-    assert any_db.delete_many(iter(["b"])) == 1
+    assert writes.delete_many(any_db, []) == 0
+    assert writes.delete_many(any_db, iter(["b"])) == 1
     assert any_db.list_keys() == []
 
 
 def test_delete_prefix(any_db):
     keys = ["a/b", "a/b-c", "a/b/c", "a/b/d/e", "a/b0", "b/c"]
-    any_db.set_many([(k, b"v") for k in keys])
-    assert any_db.delete_prefix("a/b/") == 2
+    writes.set_many(any_db, [(k, b"v") for k in keys])
+    assert writes.delete_prefix(any_db, "a/b/") == 2
     assert any_db.list_keys() == ["a/b", "a/b-c", "a/b0", "b/c"]
-    assert any_db.delete_prefix("a/b") == 3
+    assert writes.delete_prefix(any_db, "a/b") == 3
     assert any_db.list_keys() == ["b/c"]
-    assert any_db.delete_prefix("zzz") == 0
-    assert any_db.delete_prefix("") == 1
+    assert writes.delete_prefix(any_db, "zzz") == 0
+    assert writes.delete_prefix(any_db, "") == 1
     assert any_db.list_keys() == []
-    assert any_db.delete_prefix("") == 0
+    assert writes.delete_prefix(any_db, "") == 0
 
 
 def test_keys_must_be_str(any_db):
@@ -437,7 +435,7 @@ def test_keys_must_be_str(any_db):
         with pytest.raises(TypeError):
             any_db.get(bad)
         with pytest.raises(TypeError):
-            any_db.set(bad, b"v")
+            writes.set(any_db, bad, b"v")
     assert any_db.count_prefix("") == 0
 
 
@@ -463,9 +461,9 @@ def _buffers():
 
 @pytest.mark.parametrize("name, value, expected", _buffers(), ids=[b[0] for b in _buffers()])
 def test_values_via_buffer_protocol(db, name, value, expected):
-    db.set("single", value)
-    db.set_many([("many", value)])
-    assert db.set_if_absent("absent", value) is True
+    writes.set(db, "single", value)
+    writes.set_many(db, [("many", value)])
+    assert writes.set_if_absent(db, "absent", value) is True
     for key in ("single", "many", "absent"):
         assert db.get(key) == expected
     rows = sqlite_rows(db.path, "SELECT k, typeof(v), v FROM zarr ORDER BY k")
@@ -478,9 +476,9 @@ def test_values_via_buffer_protocol(db, name, value, expected):
     ids=["bytes", "bytearray", "memoryview", "numpy", "array"],
 )
 def test_empty_values_are_empty_blobs_not_null(db, empty):
-    db.set("one", empty)
-    db.set_many([("many", empty)])
-    db.set_if_absent("absent", empty)
+    writes.set(db, "one", empty)
+    writes.set_many(db, [("many", empty)])
+    writes.set_if_absent(db, "absent", empty)
     for key in ("one", "many", "absent"):
         assert db.get(key) == b""
     assert sqlite_rows(db.path, "SELECT typeof(v), length(v) FROM zarr") == [("blob", 0)] * 3
@@ -492,7 +490,7 @@ def test_mmap_value(db, tmp_path):
     with open(src, "rb") as f:
         mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     try:
-        db.set("m", mapping)
+        writes.set(db, "m", mapping)
     finally:
         mapping.close()  # would raise BufferError if the engine kept the buffer
     assert db.get("m") == b"mapped bytes" * 1000
@@ -500,7 +498,7 @@ def test_mmap_value(db, tmp_path):
 
 def test_value_is_copied_at_the_call(db):
     value = bytearray(b"before")
-    db.set("k", value)
+    writes.set(db, "k", value)
     value[:] = b"after!"
     assert db.get("k") == b"before"
     value.extend(b"more")  # the engine released its export of the buffer
@@ -517,13 +515,13 @@ def test_value_is_copied_at_the_call(db):
     ids=["strided", "fortran", "sliced-2d", "memoryview-strided"],
 )
 def test_non_contiguous_array_is_refused_and_nothing_written(db, bad):
-    db.set("keep", b"old")
+    writes.set(db, "keep", b"old")
     with pytest.raises((BufferError, ValueError, TypeError)):
-        db.set("keep", bad)
+        writes.set(db, "keep", bad)
     with pytest.raises((BufferError, ValueError, TypeError)):
-        db.set_if_absent("new", bad)
+        writes.set_if_absent(db, "new", bad)
     with pytest.raises((BufferError, ValueError, TypeError)):
-        db.set_many([("a", b"1"), ("keep", b"new"), ("b", bad), ("c", b"3")])
+        writes.set_many(db, [("a", b"1"), ("keep", b"new"), ("b", bad), ("c", b"3")])
     assert db.list_keys() == ["keep"]
     assert db.get("keep") == b"old"
 
@@ -531,9 +529,9 @@ def test_non_contiguous_array_is_refused_and_nothing_written(db, bad):
 @pytest.mark.parametrize("bad", ["text", 12, None, [1, 2]], ids=["str", "int", "None", "list"])
 def test_non_buffer_value_is_refused_and_nothing_written(db, bad):
     with pytest.raises(TypeError):
-        db.set("k", bad)
+        writes.set(db, "k", bad)
     with pytest.raises(TypeError):
-        db.set_many([("a", b"1"), ("k", bad)])
+        writes.set_many(db, [("a", b"1"), ("k", bad)])
     assert db.list_keys() == []
 
 
@@ -541,7 +539,7 @@ def test_non_buffer_value_is_refused_and_nothing_written(db, bad):
 
 
 def test_get_into(any_db):
-    any_db.set("k", b"hello")
+    writes.set(any_db, "k", b"hello")
     out = bytearray(b"..........")
     assert any_db.get_into("k", out) == 5
     assert out == b"hello....."
@@ -549,7 +547,7 @@ def test_get_into(any_db):
 
 def test_get_into_exact_size_and_numpy(any_db):
     value = np.arange(100, dtype="<u4")
-    any_db.set("k", value)
+    writes.set(any_db, "k", value)
     out = np.zeros(100, dtype="<u4")
     assert any_db.get_into("k", out) == 400
     np.testing.assert_array_equal(out, value)
@@ -565,7 +563,7 @@ def test_get_into_missing_key_leaves_the_buffer(any_db):
 
 
 def test_get_into_empty_value(any_db):
-    any_db.set("e", b"")
+    writes.set(any_db, "e", b"")
     out = bytearray(b"xyz")
     assert any_db.get_into("e", out) == 0
     assert out == b"xyz"
@@ -573,7 +571,7 @@ def test_get_into_empty_value(any_db):
 
 
 def test_get_into_too_small_copies_nothing(any_db):
-    any_db.set("k", b"0123456789")
+    writes.set(any_db, "k", b"0123456789")
     out = bytearray(b"abcdefghi")
     with pytest.raises(ValueError):
         any_db.get_into("k", out)
@@ -582,7 +580,7 @@ def test_get_into_too_small_copies_nothing(any_db):
 
 
 def test_get_into_needs_a_writable_buffer(any_db):
-    any_db.set("k", b"v")
+    writes.set(any_db, "k", b"v")
     with pytest.raises((BufferError, TypeError)):
         any_db.get_into("k", b"readonly")
 
@@ -611,7 +609,7 @@ def test_get_into_releases_the_buffer_on_an_invalid_key(db):
 
 
 def test_get_many_in_input_order_with_none_for_missing(any_db):
-    any_db.set_many([("b", b"2"), ("a", b"1"), ("c", b"")])
+    writes.set_many(any_db, [("b", b"2"), ("a", b"1"), ("c", b"")])
     assert any_db.get_many(["c", "missing", "a", "b", "a", "zzz"]) == [
         b"",
         None,
@@ -626,14 +624,14 @@ def test_get_many_in_input_order_with_none_for_missing(any_db):
 
 def test_get_many_large_batch(any_db):
     pairs = [(f"c/{i}", i.to_bytes(4, "little") * (i % 7)) for i in range(3000)]
-    any_db.set_many(pairs)
+    writes.set_many(any_db, pairs)
     keys = [f"c/{i}" for i in range(2999, -1, -1)] + ["c/none"]
     expected = [i.to_bytes(4, "little") * (i % 7) for i in range(2999, -1, -1)] + [None]
     assert any_db.get_many(keys) == expected
 
 
 def test_set_many(any_db):
-    any_db.set_many([("a", b"1"), ("b", bytearray(b"2")), ("c", memoryview(b"3"))])
+    writes.set_many(any_db, [("a", b"1"), ("b", bytearray(b"2")), ("c", memoryview(b"3"))])
     assert any_db.get_many(["a", "b", "c"]) == [b"1", b"2", b"3"]
     assert sqlite_rows(any_db.path, "SELECT k, v FROM zarr ORDER BY k") == [
         ("a", b"1"),
@@ -643,25 +641,25 @@ def test_set_many(any_db):
 
 
 def test_set_many_from_a_generator_and_empty(any_db):
-    any_db.set_many((f"g{i}", bytes([i])) for i in range(10))
+    writes.set_many(any_db, ((f"g{i}", bytes([i])) for i in range(10)))
     assert any_db.count_prefix("g") == 10
-    any_db.set_many([])
-    any_db.set_many(iter([]))
+    writes.set_many(any_db, [])
+    writes.set_many(any_db, iter([]))
     assert any_db.count_prefix("") == 10
 
 
 def test_set_many_later_duplicate_wins(any_db):
-    any_db.set_many([("k", b"1"), ("j", b"x"), ("k", b"2")])
+    writes.set_many(any_db, [("k", b"1"), ("j", b"x"), ("k", b"2")])
     assert any_db.get("k") == b"2"
     assert any_db.count_prefix("") == 2
 
 
 def test_set_many_invalid_key_writes_nothing(any_db):
-    any_db.set("keep", b"old")
+    writes.set(any_db, "keep", b"old")
     with pytest.raises(errors.InvalidKeyError):
-        any_db.set_many([("a", b"1"), ("keep", b"new"), ("\udc80", b"2")])
+        writes.set_many(any_db, [("a", b"1"), ("keep", b"new"), ("\udc80", b"2")])
     with pytest.raises(TypeError):
-        any_db.set_many([("a", b"1"), (b"bytes-key", b"2")])
+        writes.set_many(any_db, [("a", b"1"), (b"bytes-key", b"2")])
     assert any_db.list_keys() == ["keep"]
     assert any_db.get("keep") == b"old"
 
@@ -672,9 +670,9 @@ def test_set_many_sqlite_failure_midway_writes_nothing(any_db):
         "CREATE TRIGGER no_bad BEFORE INSERT ON zarr WHEN new.k = 'bad' "
         "BEGIN SELECT RAISE(ABORT, 'bad key refused'); END"
     )
-    any_db.set("keep", b"old")
+    writes.set(any_db, "keep", b"old")
     with pytest.raises(errors.ConstraintError):
-        any_db.set_many([("a", b"1"), ("keep", b"new"), ("bad", b"x"), ("b", b"2")])
+        writes.set_many(any_db, [("a", b"1"), ("keep", b"new"), ("bad", b"x"), ("b", b"2")])
     assert not any_db.in_transaction
     assert any_db.list_keys() == ["keep"]
     assert any_db.get("keep") == b"old"
@@ -686,9 +684,9 @@ def test_delete_many_sqlite_failure_midway_deletes_nothing(any_db):
         "CREATE TRIGGER keep_x BEFORE DELETE ON zarr WHEN old.k = 'x' "
         "BEGIN SELECT RAISE(ABORT, 'x stays'); END"
     )
-    any_db.set_many([("a", b"1"), ("x", b"2"), ("b", b"3")])
+    writes.set_many(any_db, [("a", b"1"), ("x", b"2"), ("b", b"3")])
     with pytest.raises(errors.ConstraintError):
-        any_db.delete_many(["a", "x", "b"])
+        writes.delete_many(any_db, ["a", "x", "b"])
     assert not any_db.in_transaction
     assert any_db.list_keys() == ["a", "b", "x"]
 
@@ -698,7 +696,7 @@ def test_delete_many_sqlite_failure_midway_deletes_nothing(any_db):
 
 def test_checkpoint_in_wal_mode(wal_db, wal_path):
     for i in range(50):
-        wal_db.set(f"k{i}", bytes(3000))
+        writes.set(wal_db, f"k{i}", bytes(3000))
     wal_file = wal_path.with_name(wal_path.name + "-wal")
     assert wal_file.stat().st_size > 0
     log, done = wal_db.checkpoint("passive")
@@ -713,7 +711,7 @@ def test_checkpoint_in_wal_mode(wal_db, wal_path):
 
 @pytest.mark.parametrize("mode", ["passive", "full", "restart", "truncate"])
 def test_checkpoint_modes(wal_db, mode):
-    wal_db.set("k", b"v")
+    writes.set(wal_db, "k", b"v")
     log, done = wal_db.checkpoint(mode)
     assert isinstance(log, int) and isinstance(done, int)
     assert done <= log or log == 0
@@ -728,7 +726,7 @@ def test_checkpoint_invalid_mode(wal_db):
 def test_journal_mode_switch(db, db_path):
     assert db.journal_mode() == "delete"
     assert db.journal_mode("wal") == "wal"
-    db.set("k", b"v")
+    writes.set(db, "k", b"v")
     assert db_path.with_name(db_path.name + "-wal").exists()
     assert db.journal_mode() == "wal"
     assert db.journal_mode("DELETE") == "delete"
@@ -740,7 +738,7 @@ def test_journal_mode_switch(db, db_path):
 
 
 def test_integrity_check_of_a_sound_file(any_db):
-    any_db.set_many([(f"k{i}", bytes(i)) for i in range(200)])
+    writes.set_many(any_db, [(f"k{i}", bytes(i)) for i in range(200)])
     assert any_db.integrity_check() == []
 
 
@@ -762,10 +760,10 @@ def test_integrity_check_reports_damage(tmp_path):
 
 
 def test_vacuum_shrinks_the_file(db, db_path):
-    db.set_many([(f"k/{i}", bytes(10_000)) for i in range(100)])
-    db.set("keep", b"kept")
+    writes.set_many(db, [(f"k/{i}", bytes(10_000)) for i in range(100)])
+    writes.set(db, "keep", b"kept")
     before = db_path.stat().st_size
-    assert db.delete_prefix("k/") == 100
+    assert writes.delete_prefix(db, "k/") == 100
     db.vacuum()
     after = db_path.stat().st_size
     assert after < before / 10
@@ -776,8 +774,8 @@ def test_vacuum_shrinks_the_file(db, db_path):
 
 def test_backup_to_makes_a_complete_copy_in_delete_mode(wal_db, wal_path, tmp_path):
     pairs = [(f"a/{i}", bytes([i % 256]) * (i * 37 % 5000)) for i in range(300)]
-    wal_db.set_many(pairs)
-    wal_db.set("last", b"still in the WAL")
+    writes.set_many(wal_db, pairs)
+    writes.set(wal_db, "last", b"still in the WAL")
     assert wal_path.with_name(wal_path.name + "-wal").stat().st_size > 0
     copy_path = tmp_path / "copy.zarrdb"
     wal_db.backup_to(copy_path)
@@ -788,12 +786,12 @@ def test_backup_to_makes_a_complete_copy_in_delete_mode(wal_db, wal_path, tmp_pa
     assert dict(rows) == dict(pairs) | {"last": b"still in the WAL"}
     # The source is untouched and still usable.
     assert wal_db.journal_mode() == "wal"
-    wal_db.set("after", b"1")
+    writes.set(wal_db, "after", b"1")
     assert sqlite_rows(copy_path, "SELECT count(*) FROM zarr WHERE k = 'after'") == [(0,)]
 
 
 def test_backup_to_in_small_steps(db, tmp_path):
-    db.set_many([(f"k{i}", bytes(5000)) for i in range(50)])
+    writes.set_many(db, [(f"k{i}", bytes(5000)) for i in range(50)])
     copy_path = tmp_path / "stepped.zarrdb"
     db.backup_to(str(copy_path), pages_per_step=1)
     assert sqlite_rows(copy_path, "SELECT count(*), sum(length(v)) FROM zarr") == [(50, 250_000)]
@@ -802,7 +800,7 @@ def test_backup_to_in_small_steps(db, tmp_path):
 
 def test_backup_to_replaces_an_existing_database(db, tmp_path):
     old = make_db_file(tmp_path / "old.zarrdb", rows=[("stale", b"x")])
-    db.set("fresh", b"y")
+    writes.set(db, "fresh", b"y")
     db.backup_to(old)
     assert sqlite_rows(old, "SELECT k, v FROM zarr") == [("fresh", b"y")]
 
@@ -810,12 +808,12 @@ def test_backup_to_replaces_an_existing_database(db, tmp_path):
 def test_backup_to_an_impossible_path(db, tmp_path):
     with pytest.raises(errors.CantOpenError):
         db.backup_to(tmp_path / "no such folder" / "copy.zarrdb")
-    db.set("k", b"still usable")
+    writes.set(db, "k", b"still usable")
     assert db.get("k") == b"still usable"
 
 
 def test_backup_while_another_process_writes(wal_db, wal_path, tmp_path):
-    wal_db.set("k", b"committed")
+    writes.set(wal_db, "k", b"committed")
     with LockHolder(wal_path, "IMMEDIATE") as holder:
         copy_path = tmp_path / "copy.zarrdb"
         wal_db.backup_to(copy_path)
@@ -883,20 +881,23 @@ def _child_outcome(script: str, *args: str, timeout: float = 4.0) -> list[str]:
 
 _BACKUP_SCRIPT = """
 import sys
-from zarrdb._core import Database
+from zarrdb._core import Database, Writer
 source, target, in_transaction = sys.argv[1], sys.argv[2], sys.argv[3] == "yes"
 db = Database(source, busy_timeout=0.2)
-db.set("k", b"committed")
+writer = Writer(db)
+writer.write([("set", "k", b"committed")])
 if in_transaction:
-    db.begin_write()
-    db.set("pending", b"not committed")
+    token = writer.begin(0, [])
+    writer.write([("set", "pending", b"not committed")])
 try:
-    db.backup_to(target)
+    with writer.holding() as held:  # the connection reads inside a transaction use
+        held.backup_to(target)
     print("no error")
 except Exception as e:
     print(type(e).__name__)
 if in_transaction:
-    db.rollback()
+    writer.end(token, False)
+writer.close()
 print(db.get("k"))
 """
 
@@ -982,7 +983,7 @@ def test_executescript(db):
 
 
 def test_get_limited(any_db):
-    any_db.set_many([("small", b"12345"), ("empty", b""), ("big", bytes(200_000))])
+    writes.set_many(any_db, [("small", b"12345"), ("empty", b""), ("big", bytes(200_000))])
     assert any_db.get_limited("missing", 100) is None
     assert any_db.get_limited("small", 5) == b"12345"  # exactly the limit: read
     assert type(any_db.get_limited("small", 5)) is bytes
@@ -996,11 +997,14 @@ def test_get_limited(any_db):
 
 
 def test_get_limited_sees_own_transaction(any_db):
-    any_db.set("k", b"old")
-    with any_db.transaction():
-        any_db.set("k", b"newer value")
-        assert any_db.get_limited("k", 100) == b"newer value"
-        assert any_db.get_limited("k", 3) == 11
+    writes.set(any_db, "k", b"old")
+    with writes.open_writer(any_db) as writer:
+        token = writer.begin(0, [])
+        writer.write([("set", "k", b"newer value")])
+        with writer.holding() as db:
+            assert db.get_limited("k", 100) == b"newer value"
+            assert db.get_limited("k", 3) == 11
+        writer.end(token, True)
     assert any_db.get_limited("k", 100) == b"newer value"
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 import threading
 import time
+from urllib.parse import quote
 
 import pytest
 
 from zarrdb import errors
 from zarrdb._core import MAX_VALUE_SIZE, Database
 
+from . import writes
 from .helpers import LockHolder, make_db_file, sparse_buffer, sqlite_rows
 
 # SQLite's result codes (sqlite.org/rescode.html), written out here rather than imported.
@@ -30,20 +32,41 @@ SQLITE_CONSTRAINT_PRIMARYKEY = 19 | (6 << 8)  # 1555
 # --- read-only ---------------------------------------------------------------------------------
 
 READ_ONLY_WRITES = [
-    ("set", lambda db: db.set("k", b"new")),
-    ("set_many", lambda db: db.set_many([("k", b"new"), ("j", b"x")])),
-    ("set_if_absent", lambda db: db.set_if_absent("j", b"x")),
-    ("delete", lambda db: db.delete("k")),
-    ("delete_many", lambda db: db.delete_many(["k", "j"])),
-    ("delete_prefix", lambda db: db.delete_prefix("")),
-    ("execute", lambda db: db.execute("DELETE FROM zarr")),
+    ("set", lambda db: writes.set(db, "k", b"new")),
+    ("set_many", lambda db: writes.set_many(db, [("k", b"new"), ("j", b"x")])),
+    ("set_if_absent", lambda db: writes.set_if_absent(db, "j", b"x")),
+    ("delete", lambda db: writes.delete(db, "k")),
+    ("delete_many", lambda db: writes.delete_many(db, ["k", "j"])),
+    ("delete_prefix", lambda db: writes.delete_prefix(db, "")),
 ]
 
 
 @pytest.mark.parametrize("name, write", READ_ONLY_WRITES, ids=[w[0] for w in READ_ONLY_WRITES])
-def test_write_to_read_only_database(tmp_path, name, write):
+def test_writer_refuses_a_database_opened_read_only(tmp_path, name, write):
     path = make_db_file(tmp_path / "ro.zarrdb", rows=[("k", b"old")])
     with Database(path, mode="r") as db:
+        with pytest.raises(errors.ReadOnlyError) as info:
+            write(db)
+        err = info.value
+        assert isinstance(err, PermissionError)
+        assert err.code == SQLITE_READONLY
+        assert err.filename == str(path)
+        assert str(path) in str(err)
+        assert not db.in_transaction
+        assert db.get("k") == b"old"  # still usable for reading
+    assert sqlite_rows(path, "SELECT k, v FROM zarr") == [("k", b"old")]
+
+
+@pytest.mark.parametrize(
+    "name, write",
+    [*READ_ONLY_WRITES, ("execute", lambda db: db.execute("DELETE FROM zarr"))],
+    ids=[w[0] for w in READ_ONLY_WRITES] + ["execute"],
+)
+def test_write_to_a_file_sqlite_opened_read_only(tmp_path, name, write):
+    # The URI makes SQLite open the file read-only behind a read-write Database: the writer
+    # starts, and SQLite refuses the write itself.
+    path = make_db_file(tmp_path / "ro.zarrdb", rows=[("k", b"old")])
+    with Database(f"file:{quote(str(path))}?mode=ro", uri=True) as db:
         with pytest.raises(errors.ReadOnlyError) as info:
             write(db)
         err = info.value
@@ -52,22 +75,9 @@ def test_write_to_read_only_database(tmp_path, name, write):
         assert err.code == SQLITE_READONLY
         assert err.extended_code & 0xFF == SQLITE_READONLY
         assert err.sqlite_message == "attempt to write a readonly database"
-        assert err.filename == str(path)
         assert err.sqlite_message in str(err)
-        assert str(path) in str(err)
         assert not db.in_transaction
         assert db.get("k") == b"old"  # still usable for reading
-    assert sqlite_rows(path, "SELECT k, v FROM zarr") == [("k", b"old")]
-
-
-def test_write_in_a_transaction_on_a_read_only_database(tmp_path):
-    path = make_db_file(tmp_path / "ro.zarrdb", rows=[("k", b"old")])
-    with Database(path, mode="r") as db:
-        with pytest.raises(errors.ReadOnlyError):
-            with db.transaction():
-                db.set("k", b"new")
-        assert not db.in_transaction
-        assert db.get("k") == b"old"
     assert sqlite_rows(path, "SELECT k, v FROM zarr") == [("k", b"old")]
 
 
@@ -184,18 +194,24 @@ LOCKED_CALLS = [
     ("list_dir", lambda db: db.list_dir("")),
     ("count_prefix", lambda db: db.count_prefix("")),
     ("size_prefix", lambda db: db.size_prefix("k")),
-    ("set", lambda db: db.set("k", b"new")),
-    ("set_many", lambda db: db.set_many([("k", b"new")])),
-    ("delete", lambda db: db.delete("k")),
-    ("delete_prefix", lambda db: db.delete_prefix("")),
-    ("begin_write", lambda db: db.begin_write()),
+    ("set", lambda db: writes.set(db, "k", b"new")),
+    ("set_many", lambda db: writes.set_many(db, [("k", b"new")])),
+    ("delete", lambda db: writes.delete(db, "k")),
+    ("delete_prefix", lambda db: writes.delete_prefix(db, "")),
+    ("begin", lambda db: _begin_and_roll_back(db)),
 ]
+
+
+def _begin_and_roll_back(db):
+    """An explicit transaction on a writer of `db` (BEGIN IMMEDIATE), rolled back."""
+    with writes.open_writer(db) as writer:
+        writer.end(writer.begin(0, []), False)
 
 
 @pytest.mark.parametrize("name, call", LOCKED_CALLS, ids=[c[0] for c in LOCKED_CALLS])
 def test_locked_database(db_path, name, call):
     db = Database(db_path, busy_timeout=0.2)
-    db.set("k", b"old")
+    writes.set(db, "k", b"old")
     try:
         with LockHolder(db_path, "EXCLUSIVE"):
             started = time.monotonic()
@@ -207,7 +223,7 @@ def test_locked_database(db_path, name, call):
             assert not db.in_transaction
         # The lock is gone: the same connection works again.
         assert db.get("k") == b"old"
-        db.set("k", b"after")
+        writes.set(db, "k", b"after")
         assert db.get("k") == b"after"
     finally:
         db.close()
@@ -222,16 +238,16 @@ def test_locked_at_open(db_path):
 
 def test_wal_writer_locked_out_but_readers_go_on(wal_path):
     db = Database(wal_path, busy_timeout=0.15)
-    db.set("k", b"old")
+    writes.set(db, "k", b"old")
     try:
         with LockHolder(wal_path, "IMMEDIATE") as holder:
             assert db.get("k") == b"old"
             assert db.list_keys() == ["k"]
             with pytest.raises(errors.DatabaseLockedError) as info:
-                db.set("k", b"new")
+                writes.set(db, "k", b"new")
             _check_locked(info.value, wal_path, "0.15 s")
             with pytest.raises(errors.DatabaseLockedError):
-                db.set_many([("a", b"1"), ("b", b"2")])
+                writes.set_many(db, [("a", b"1"), ("b", b"2")])
             holder.release("commit-write")
         assert db.list_keys() == ["from-holder", "k"]
         assert db.get("k") == b"old"
@@ -250,7 +266,7 @@ def test_busy_timeout_waits_for_a_short_lock(db_path, timeout):
         timer = threading.Timer(0.3, holder.release)
         timer.start()
         try:
-            db.set("k", b"v")
+            writes.set(db, "k", b"v")
         finally:
             timer.join()
             holder.__exit__(None, None, None)
@@ -267,16 +283,19 @@ def test_max_value_size_is_the_spec_limit():
 
 
 TOO_LARGE_WRITES = [
-    ("set", lambda db, big: db.set("big", big)),
-    ("set_if_absent", lambda db, big: db.set_if_absent("big", big)),
-    ("set_many", lambda db, big: db.set_many([("a", b"1"), ("keep", b"new"), ("big", big)])),
-    ("set_many-first", lambda db, big: db.set_many([("big", big), ("a", b"1")])),
+    ("set", lambda db, big: writes.set(db, "big", big)),
+    ("set_if_absent", lambda db, big: writes.set_if_absent(db, "big", big)),
+    (
+        "set_many",
+        lambda db, big: writes.set_many(db, [("a", b"1"), ("keep", b"new"), ("big", big)]),
+    ),
+    ("set_many-first", lambda db, big: writes.set_many(db, [("big", big), ("a", b"1")])),
 ]
 
 
 @pytest.mark.parametrize("name, write", TOO_LARGE_WRITES, ids=[w[0] for w in TOO_LARGE_WRITES])
 def test_value_too_large_writes_nothing(any_db, tmp_path, name, write):
-    any_db.set("keep", b"old")
+    writes.set(any_db, "keep", b"old")
     with sparse_buffer(tmp_path / "sparse.bin", MAX_VALUE_SIZE + 1) as big:
         assert len(memoryview(big)) == MAX_VALUE_SIZE + 1
         with pytest.raises(errors.ValueTooLargeError) as info:
@@ -305,12 +324,15 @@ def test_value_too_large_names_the_file(db, tmp_path, name, write):
 
 
 def test_value_too_large_inside_a_transaction(any_db, tmp_path):
-    with any_db.transaction():
-        any_db.set("before", b"1")
+    # Refused as it is submitted: the transaction goes on without it.
+    with writes.open_writer(any_db) as writer:
+        token = writer.begin(0, [])
+        writer.write([("set", "before", b"1")])
         with sparse_buffer(tmp_path / "sparse.bin", MAX_VALUE_SIZE + 1) as big:
             with pytest.raises(errors.ValueTooLargeError):
-                any_db.set_many([("x", b"2"), ("big", big)])
-        any_db.set("after", b"3")
+                writer.write([("set", "x", b"2"), ("set", "big", big)])
+        writer.write([("set", "after", b"3")])
+        writer.end(token, True)
     assert any_db.list_keys() == ["after", "before"]
 
 
@@ -329,7 +351,7 @@ def test_not_null_constraint(db):
 
 
 def test_primary_key_constraint(db):
-    db.set("k", b"1")
+    writes.set(db, "k", b"1")
     with pytest.raises(errors.ConstraintError) as info:
         db.execute("INSERT INTO zarr(k, v) VALUES (?, ?)", ["k", b"2"])
     assert info.value.extended_code == SQLITE_CONSTRAINT_PRIMARYKEY
@@ -343,9 +365,9 @@ def test_trigger_abort_carries_its_message(any_db):
         "BEGIN SELECT RAISE(ABORT, 'this key is forbidden'); END"
     )
     for write in (
-        lambda: any_db.set("forbidden", b"x"),
-        lambda: any_db.set_if_absent("forbidden", b"x"),
-        lambda: any_db.set_many([("fine", b"1"), ("forbidden", b"x")]),
+        lambda: writes.set(any_db, "forbidden", b"x"),
+        lambda: writes.set_if_absent(any_db, "forbidden", b"x"),
+        lambda: writes.set_many(any_db, [("fine", b"1"), ("forbidden", b"x")]),
     ):
         with pytest.raises(errors.ConstraintError) as info:
             write()
@@ -377,13 +399,17 @@ def test_missing_table_in_sql(db):
     assert info.value.sqlite_message == "no such table: nope"
 
 
-def test_begin_write_twice_is_misuse(db):
-    db.begin_write()
-    try:
+def test_ending_a_transaction_that_is_not_open_is_misuse(db):
+    with writes.open_writer(db) as writer:
         with pytest.raises(errors.MisuseError):
-            db.begin_write()
-    finally:
-        db.rollback()
+            writer.end(12345, True)
+        token = writer.begin(0, [])
+        with pytest.raises(errors.MisuseError):
+            writer.end(token + 1, True)
+        assert writer.in_transaction
+        writer.end(token, False)
+        with pytest.raises(errors.MisuseError):
+            writer.end(token, False)  # ended already
 
 
 def test_error_classes_follow_the_primary_code():

@@ -10,8 +10,9 @@ import os
 import pytest
 
 from zarrdb import errors
-from zarrdb._core import Database
+from zarrdb._core import Database, Writer
 
+from . import writes
 from .helpers import make_db_file, run_in_child, sqlite_rows
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -31,22 +32,21 @@ CHILD_CALLS = {
     "get_many": lambda db: db.get_many(["k"]),
     "get_range": lambda db: db.get_range("k", 0, 1),
     "exists": lambda db: db.exists("k"),
-    "set": lambda db: db.set("k", b"from the child"),
-    "set_many": lambda db: db.set_many([("child", b"1")]),
-    "delete": lambda db: db.delete("k"),
-    "delete_prefix": lambda db: db.delete_prefix(""),
+    "set": lambda db: writes.set(db, "k", b"from the child"),
+    "set_many": lambda db: writes.set_many(db, [("child", b"1")]),
+    "delete": lambda db: writes.delete(db, "k"),
+    "delete_prefix": lambda db: writes.delete_prefix(db, ""),
     "list_keys": lambda db: db.list_keys(),
     "list_dir": lambda db: db.list_dir(""),
     "count_prefix": lambda db: db.count_prefix(""),
-    "begin_write": lambda db: db.begin_write(),
-    "transaction": lambda db: db.transaction().__enter__(),
+    "_atomic": lambda db: db._atomic().__enter__(),
     "checkpoint": lambda db: db.checkpoint(),
     "execute": lambda db: db.execute("SELECT 1"),
 }
 
 
 def test_use_after_fork_raises_forked_process_error(any_db):
-    any_db.set("k", b"parent")
+    writes.set(any_db, "k", b"parent")
 
     def child():
         return {name: outcome(call, any_db) for name, call in CHILD_CALLS.items()}
@@ -77,7 +77,7 @@ def test_close_in_child_then_closed_error(any_db):
 def test_child_close_leaves_the_parent_connection_working(tmp_path, journal_mode, how):
     path = make_db_file(tmp_path / "forked.zarrdb", journal_mode)
     box = [Database(path)]  # the only reference, so that the child can drop it
-    box[0].set_many([(f"before/{i}", bytes(3000)) for i in range(30)])  # WAL: in the -wal file
+    writes.set_many(box[0], [(f"before/{i}", bytes(3000)) for i in range(30)])  # WAL: in -wal
 
     def child():
         if how == "close":
@@ -91,9 +91,11 @@ def test_child_close_leaves_the_parent_connection_working(tmp_path, journal_mode
     db = box[0]
     try:
         assert db.count_prefix("before/") == 30
-        db.set("after", b"parent still writes")
-        with db.transaction():
-            db.set("in-transaction", b"1")
+        writes.set(db, "after", b"parent still writes")
+        with writes.open_writer(db) as writer:
+            token = writer.begin(0, [])
+            writer.write([("set", "in-transaction", b"1")])
+            writer.end(token, True)
         assert db.get("after") == b"parent still writes"
         assert db.integrity_check() == []
         assert db.journal_mode() == journal_mode
@@ -105,34 +107,40 @@ def test_child_close_leaves_the_parent_connection_working(tmp_path, journal_mode
     assert sqlite_rows(path, "SELECT count(*) FROM zarr") == [(32,)]
 
 
+# The writer's thread runs while the process forks, as it does under a store.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_child_close_keeps_the_parents_write_lock_and_transaction(wal_db, wal_path):
-    wal_db.set("committed", b"1")
-    wal_db.begin_write()
-    wal_db.set("pending", b"2")
+    writes.set(wal_db, "committed", b"1")
+    writer = Writer(wal_db)
+    token = writer.begin(0, [])
+    writer.write([("set", "pending", b"2")])
 
     def child():
-        wal_db.close()
+        writer.close()  # the thread and the connection are the parent's: touches nothing
         # A new connection in the child must still find the parent's write lock held.
         with Database(wal_path, busy_timeout=0.1) as fresh:
             seen = fresh.list_keys()
-            locked = outcome(lambda: fresh.set("child", b"x"))
+            locked = outcome(lambda: writes.set(fresh, "child", b"x"))
         return {"seen": seen, "locked": locked}
 
-    report = run_in_child(child)
-    assert report == {"seen": ["committed"], "locked": "DatabaseLockedError"}
-    assert wal_db.in_transaction
-    wal_db.commit()
+    try:
+        report = run_in_child(child)
+        assert report == {"seen": ["committed"], "locked": "DatabaseLockedError"}
+        assert writer.in_transaction
+        writer.end(token, True)
+    finally:
+        writer.close()
     assert sqlite_rows(wal_path, "SELECT k FROM zarr ORDER BY k") == [("committed",), ("pending",)]
 
 
 def test_child_can_open_its_own_database(any_db):
-    any_db.set("k", b"parent")
+    writes.set(any_db, "k", b"parent")
     path = any_db.path
 
     def child():
         with Database(path) as own:
             value = own.get("k")
-            own.set("from-child", b"hello")
+            writes.set(own, "from-child", b"hello")
         return {"value": value.decode()}
 
     assert run_in_child(child) == {"value": "parent"}

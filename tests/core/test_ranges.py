@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from zarrdb import errors
 
+from . import writes
+
 VALUE = bytes(range(10))  # b"\x00\x01...\x09"
 
 
@@ -54,7 +56,7 @@ def reference_range(value: bytes, start: int, length: int | None) -> bytes:
     ],
 )
 def test_get_range_table(any_db, start, length, expected):
-    any_db.set("k", VALUE)
+    writes.set(any_db, "k", VALUE)
     assert any_db.get_range("k", start, length) == expected
     assert reference_range(VALUE, start, length) == expected  # the reference agrees
 
@@ -66,13 +68,13 @@ def test_get_range_missing_key_is_none(any_db):
 
 
 def test_get_range_of_empty_value(any_db):
-    any_db.set("e", b"")
+    writes.set(any_db, "e", b"")
     for start, length in [(0, None), (0, 5), (3, 1), (-2, None), (0, 0)]:
         assert any_db.get_range("e", start, length) == b""
 
 
 def test_get_range_negative_length_is_refused(any_db):
-    any_db.set("k", VALUE)
+    writes.set(any_db, "k", VALUE)
     with pytest.raises(ValueError):
         any_db.get_range("k", 0, -1)
     with pytest.raises(ValueError):
@@ -81,7 +83,7 @@ def test_get_range_negative_length_is_refused(any_db):
 
 
 def test_get_range_returns_bytes(any_db):
-    any_db.set("k", bytearray(VALUE))
+    writes.set(any_db, "k", bytearray(VALUE))
     assert type(any_db.get_range("k", 1, 2)) is bytes
     assert type(any_db.get_range("k", 20, 2)) is bytes
 
@@ -89,7 +91,7 @@ def test_get_range_returns_bytes(any_db):
 def test_get_range_in_a_large_value_across_pages(any_db):
     rng = np.random.default_rng(7)
     value = rng.integers(0, 256, 1_500_000, dtype=np.uint8).tobytes()
-    any_db.set("big", value)
+    writes.set(any_db, "big", value)
     for start, length in [
         (0, 1),
         (4095, 2),
@@ -105,7 +107,7 @@ def test_get_range_in_a_large_value_across_pages(any_db):
 
 
 def test_get_ranges_in_input_order(any_db):
-    any_db.set_many([("a", b"abcdef"), ("b", b"0123456789"), ("e", b"")])
+    writes.set_many(any_db, [("a", b"abcdef"), ("b", b"0123456789"), ("e", b"")])
     requests = [
         ("b", 2, 3),
         ("missing", 0, None),
@@ -129,7 +131,7 @@ def test_get_ranges_in_input_order(any_db):
 
 
 def test_get_ranges_empty_and_iterables(any_db):
-    any_db.set("a", b"xyz")
+    writes.set(any_db, "a", b"xyz")
     assert any_db.get_ranges([]) == []
     assert any_db.get_ranges(iter([("a", 1, None)])) == [b"yz"]
     assert any_db.get_ranges((("a", 0, 1),)) == [b"x"]
@@ -137,7 +139,7 @@ def test_get_ranges_empty_and_iterables(any_db):
 
 def test_get_ranges_many_keys(any_db):
     pairs = [(f"c/{i}", bytes([i % 251]) * (i % 300)) for i in range(2000)]
-    any_db.set_many(pairs)
+    writes.set_many(any_db, pairs)
     requests = [(k, i % 17, (i % 5) or None) for i, (k, _) in enumerate(pairs)]
     requests += [("c/none", 0, 1)]
     expected = [reference_range(v, i % 17, (i % 5) or None) for i, (_, v) in enumerate(pairs)]
@@ -145,12 +147,15 @@ def test_get_ranges_many_keys(any_db):
 
 
 def test_get_range_inside_a_write_transaction_sees_own_writes(any_db):
-    any_db.set("k", b"old value")
-    with any_db.transaction():
-        any_db.set("k", b"new value")
-        any_db.set("n", b"fresh")
-        assert any_db.get_range("k", 0, 3) == b"new"
-        assert any_db.get_ranges([("n", 1, None), ("k", -5, None)]) == [b"resh", b"value"]
+    writes.set(any_db, "k", b"old value")
+    with writes.open_writer(any_db) as writer:
+        token = writer.begin(0, [])
+        writer.write([("set", "k", b"new value")])
+        writer.write([("set", "n", b"fresh")])
+        with writer.holding() as db:  # the connection reads inside a transaction use
+            assert db.get_range("k", 0, 3) == b"new"
+            assert db.get_ranges([("n", 1, None), ("k", -5, None)]) == [b"resh", b"value"]
+        writer.end(token, True)
     assert any_db.get_range("k", 0, 3) == b"new"
 
 
@@ -170,7 +175,7 @@ def test_get_range_invalid_key(any_db):
     length=st.none() | st.integers(0, 400) | st.integers(0, 1 << 62),
 )
 def test_get_range_property(fast_db, value, start, length):
-    fast_db.set("p", value)
+    writes.set(fast_db, "p", value)
     assert fast_db.get_range("p", start, length) == reference_range(value, start, length)
 
 
@@ -191,8 +196,8 @@ def test_get_range_property(fast_db, value, start, length):
     ),
 )
 def test_get_ranges_property(fast_db, values, requests):
-    fast_db.delete_prefix("")
-    fast_db.set_many(values.items())
+    writes.delete_prefix(fast_db, "")
+    writes.set_many(fast_db, values.items())
     expected = [
         None if key not in values else reference_range(values[key], start, length)
         for key, start, length in requests

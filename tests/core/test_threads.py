@@ -12,6 +12,7 @@ import pytest
 from zarrdb import errors
 from zarrdb._core import Database
 
+from . import writes
 from .helpers import LockHolder
 
 READERS = 4
@@ -34,34 +35,32 @@ def test_parallel_readers_see_only_committed_consistent_pairs(wal_path):
     reads = [0] * READERS
 
     with Database(wal_path) as setup:
-        setup.set_many([("pair/a", _value(0)), ("pair/b", _value(0)), ("solo", _value(0))])
+        writes.set_many(setup, [("pair/a", _value(0)), ("pair/b", _value(0)), ("solo", _value(0))])
 
     def writer():
         try:
-            with Database(wal_path) as db:
+            with Database(wal_path) as db, writes.open_writer(db) as w:
                 version = 0
                 while not stop.is_set():
                     version += 1
                     if version % 5 == 0:
                         # A transaction that is rolled back: nobody may ever see its values.
-                        try:
-                            with db.transaction():
-                                db.set("pair/a", _value(10**9 + version, b"ROLLED-BACK"))
-                                db.set("pair/b", _value(10**9 + version, b"ROLLED-BACK"))
-                                raise RuntimeError("roll back")
-                        except RuntimeError:
-                            pass
+                        token = w.begin(0, [])
+                        w.write([("set", "pair/a", _value(10**9 + version, b"ROLLED-BACK"))])
+                        w.write([("set", "pair/b", _value(10**9 + version, b"ROLLED-BACK"))])
+                        w.end(token, False)
                         continue
+                    pair = [("set", "pair/a", _value(version)), ("set", "pair/b", _value(version))]
                     if version % 7 == 0:
                         # An open transaction held for a while: its values are not committed.
-                        db.begin_write()
-                        db.set_many([("pair/a", _value(version)), ("pair/b", _value(version))])
+                        token = w.begin(0, [])
+                        w.write(pair)
                         time.sleep(0.005)
-                        db.commit()
+                        w.end(token, True)
                     else:
-                        db.set_many([("pair/a", _value(version)), ("pair/b", _value(version))])
+                        w.write(pair)
                     committed[0] = version
-                    db.set("solo", _value(version))
+                    w.write([("set", "solo", _value(version))])
         except BaseException as e:  # pragma: no cover - reported below
             errors_seen.append(e)
             stop.set()
@@ -106,7 +105,7 @@ def test_parallel_readers_see_only_committed_consistent_pairs(wal_path):
 def test_readers_in_parallel_with_large_values(wal_path):
     value = bytes(range(256)) * 8192  # 2 MiB
     with Database(wal_path) as db:
-        db.set_many([(f"big/{i}", value) for i in range(4)])
+        writes.set_many(db, [(f"big/{i}", value) for i in range(4)])
     results: list[object] = []
 
     def reader(i):
@@ -136,14 +135,14 @@ def test_set_if_absent_is_atomic_across_connections(wal_path):
         with Database(wal_path, busy_timeout=30) as db:
             barrier.wait()
             try:
-                outcome[n] = db.set_if_absent("lock", f"owner {n}".encode())
+                outcome[n] = writes.set_if_absent(db, "lock", f"owner {n}".encode())
             except BaseException as e:
                 outcome[n] = e
 
     for _round in range(3):
         outcome.clear()
         with Database(wal_path) as db:
-            db.delete("lock")
+            writes.delete(db, "lock")
         threads = [threading.Thread(target=contend, args=(n,)) for n in range(contenders)]
         for t in threads:
             t.start()
@@ -157,11 +156,11 @@ def test_set_if_absent_is_atomic_across_connections(wal_path):
 
 
 def test_a_database_may_move_between_threads(db):
-    db.set("k", b"main")
+    writes.set(db, "k", b"main")
     box = []
 
     def other():
-        db.set("k", b"other")
+        writes.set(db, "k", b"other")
         box.append(db.get("k"))
 
     t = threading.Thread(target=other)
@@ -175,7 +174,7 @@ def test_concurrent_use_of_one_database_raises(db_path):
     # Deterministic overlap: the worker's get() waits (GIL released) for a lock that another
     # process holds, while the main thread calls into the same Database.
     db = Database(db_path, busy_timeout=10)
-    db.set("k", b"value")
+    writes.set(db, "k", b"value")
     result: dict[str, object] = {}
     entering = threading.Event()
 
@@ -191,13 +190,14 @@ def test_concurrent_use_of_one_database_raises(db_path):
             t = threading.Thread(target=worker)
             t.start()
             entering.wait()
-            # Wait until the worker is inside get() (waiting for the lock). commit() without a
-            # transaction is a no-op that holds the GIL throughout, so it cannot overlap the
-            # worker's entry: it either passes (worker not in yet) or sees the worker inside.
+            # Wait until the worker is inside get() (waiting for the lock). Leaving an atomic
+            # block that raised, with no transaction open, only looks at the connection's
+            # state and holds the GIL throughout, so it cannot overlap the worker's entry: it
+            # either passes (worker not in yet) or sees the worker inside.
             deadline = time.monotonic() + 10
             while True:
                 try:
-                    db.commit()
+                    db._atomic().__exit__(RuntimeError, None, None)
                 except errors.ConcurrentUseError:
                     break
                 assert time.monotonic() < deadline, "the worker never entered get()"
@@ -205,10 +205,10 @@ def test_concurrent_use_of_one_database_raises(db_path):
             assert t.is_alive()
             for call in (
                 lambda: db.get("k"),
-                lambda: db.set("k", b"other"),
+                lambda: writes.set(db, "k", b"other"),
                 lambda: db.get_many(["k"]),
                 lambda: db.list_dir(""),
-                lambda: db.begin_write(),
+                lambda: db._atomic().__enter__(),
                 lambda: db.execute("SELECT 1"),
             ):
                 with pytest.raises(errors.ConcurrentUseError) as info:
@@ -222,7 +222,7 @@ def test_concurrent_use_of_one_database_raises(db_path):
         # The worker's call was not disturbed, and the Database is free again.
         assert result == {"value": b"value"}
         assert db.get("k") == b"value"
-        db.set("k", b"after")
+        writes.set(db, "k", b"after")
         assert db.get("k") == b"after"
     finally:
         db.close()
@@ -232,7 +232,7 @@ def test_concurrent_use_detected_under_load(any_db):
     # Two threads hammer the same Database with big batches. Each call either returns the
     # right answer or raises ConcurrentUseError; at least one overlap must be seen.
     keys = [f"k/{i}" for i in range(20_000)]
-    any_db.set_many([(k, k.encode()) for k in keys])
+    writes.set_many(any_db, [(k, k.encode()) for k in keys])
     expected = [k.encode() for k in keys]
     stop = threading.Event()
     seen = {"overlaps": 0, "ok": 0}

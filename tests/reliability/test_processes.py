@@ -121,10 +121,11 @@ LOCK_HOLDERS = {
         from zarrdb._core import Database
         db = Database(PATH)
         db.execute("BEGIN EXCLUSIVE")
-        db.set("held/by-child", b"written while holding the lock")
+        db.execute("INSERT INTO zarr(k, v) VALUES ('held/by-child', ?)",
+                   (b"written while holding the lock",))
         print("locked", flush=True)
         sys.stdin.readline()
-        db.commit()
+        db.execute("COMMIT")
         db.close()
         print("released", flush=True)
     """,

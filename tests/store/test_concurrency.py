@@ -449,16 +449,18 @@ def _assert_inside_sees_the_writes(seen: dict[str, bytes]) -> None:
     assert "gone" not in seen and "dir/a" not in seen
 
 
-def test_failed_transaction_leaves_nothing_sync(tmp_path: Path) -> None:
+@pytest.mark.parametrize("raised", [RuntimeError, KeyboardInterrupt])
+def test_failed_transaction_leaves_nothing_sync(tmp_path: Path, raised: type) -> None:
+    # Any exception, an Exception or not, rolls the block back.
     path = tmp_path / "failed.zarrdb"
     store = SQLiteStore(path)
     try:
         _seed(store)
-        with pytest.raises(RuntimeError, match="fail the block"):
+        with pytest.raises(raised, match="fail the block"):
             with store.transaction():
                 _inside_sync(store)
                 _assert_inside_sees_the_writes(contents(store))
-                raise RuntimeError("fail the block")
+                raise raised("fail the block")
         assert contents(store) == BEFORE
         # the store goes on working: the next block commits
         with store.transaction():
