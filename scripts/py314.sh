@@ -30,7 +30,6 @@ REPO=$PWD
 
 ROOT=${ZARRDB_PY314_ROOT:-$HOME/.cache/zarrdb/py314-root}
 PACKAGES="python3.14 python3.14-dev python3.14-venv gcc make"
-READY=$ROOT/.zarrdb-py314-ready
 started=$SECONDS
 
 step() { printf '\n==> %s\n' "$*"; }
@@ -39,6 +38,12 @@ took() { printf '    took %d s\n' "$(($SECONDS - $1))"; }
 
 [ "$(uname -s)" = Linux ] || fail "this script makes a Debian root and must run on Linux"
 [ "$(id -u)" = 0 ] || fail "debootstrap, chroot and mount need root"
+ROOT=$(realpath -m "$ROOT")
+case $ROOT in
+    / | /bin | /boot | /dev | /etc | /home | /lib* | /proc | /root | /run | /sbin | /sys | /tmp | /usr | /var)
+        fail "ZARRDB_PY314_ROOT=$ROOT: choose a folder of its own (it is deleted when made again)" ;;
+esac
+READY=$ROOT/.zarrdb-py314-ready
 
 # The environment inside the root: only what is needed, so that nothing of this machine's pip
 # or Python settings leaks in. This machine's certificate bundle is copied in (pip in the root
