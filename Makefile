@@ -1,6 +1,6 @@
 # Thin wrappers over scripts/dev.sh; PYTHON=... picks the interpreter, ARGS=... is passed on
 # (e.g. `make demo ARGS=--full` runs the complete benchmark).
-.PHONY: demo test bench docs docs-bench clean
+.PHONY: demo test bench docs docs-bench typecheck clean
 
 demo:
 	scripts/dev.sh demo $(ARGS)
@@ -10,6 +10,10 @@ test:
 
 bench:
 	scripts/dev.sh bench $(ARGS)
+
+# mypy (strict, over src/zarrdb) and stubtest (the compiled engine against src/zarrdb/_core.pyi)
+typecheck:
+	scripts/dev.sh typecheck $(ARGS)
 
 # the documentation site, into site/ (mkdocs build --strict)
 docs:

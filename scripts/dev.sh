@@ -10,6 +10,10 @@
 #   scripts/dev.sh docs-bench [ARGS]
 #                                  the benchmark page's figures: `zarrdb bench ARGS` (default
 #                                  `--full`) writing docs/benchmarks/results.{md,json} and bench.png
+#   scripts/dev.sh typecheck [ARGS]
+#                                  the type checks: mypy ARGS (strict over src/zarrdb, settings
+#                                  in pyproject.toml), then mypy's stubtest of the compiled engine
+#                                  against src/zarrdb/_core.pyi (scripts/stubtest_allowlist.txt)
 #   scripts/dev.sh shell           a shell with the environment activated
 #   scripts/dev.sh build [CMD]     only the environment, the build and CMD's extras (default
 #                                  test), e.g. so that two commands can then run at once
@@ -74,6 +78,7 @@ extras_of() {
         bench) echo test,bench ;;
         docs) echo docs ;;
         docs-bench) echo bench,plot ;;
+        typecheck) echo test,typecheck ;;
         shell) echo test,bench,plot ;;
         build) extras_of "${2:-test}" ;;
         *) return 1 ;;
@@ -84,7 +89,7 @@ cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
     plan)
-        wanted=$(extras_of "${1:-}") || { echo "usage: scripts/dev.sh plan demo|test|bench|docs|docs-bench|shell" >&2; exit 2; }
+        wanted=$(extras_of "${1:-}") || { echo "usage: scripts/dev.sh plan demo|test|bench|docs|docs-bench|typecheck|shell" >&2; exit 2; }
         echo "environment $VENV"
         echo "build $VENV/zarrdb-build.stamp"
         echo "extras $wanted"
@@ -130,8 +135,16 @@ case "$cmd" in
             --json docs/benchmarks/results.json \
             --plot docs/benchmarks/bench.png
         ;;
+    typecheck)
+        # mypy reads the packages zarrdb imports (those of the test extra) for their types.
+        build
+        extras "$(extras_of typecheck)"
+        "$VENV/bin/python" -m mypy "$@"
+        exec "$VENV/bin/python" -m mypy.stubtest zarrdb._core \
+            --allowlist scripts/stubtest_allowlist.txt
+        ;;
     build)
-        wanted=$(extras_of build "${1:-test}") || { echo "usage: scripts/dev.sh build [demo|test|bench|docs|docs-bench|shell]" >&2; exit 2; }
+        wanted=$(extras_of build "${1:-test}") || { echo "usage: scripts/dev.sh build [demo|test|bench|docs|docs-bench|typecheck|shell]" >&2; exit 2; }
         build
         extras "$wanted"
         ;;
@@ -141,7 +154,7 @@ case "$cmd" in
         exec bash --rcfile <(echo "source '$VENV/bin/activate'")
         ;;
     *)
-        echo "usage: scripts/dev.sh demo|test|bench|docs|docs-bench|shell [ARGS], build [CMD] or plan CMD" >&2
+        echo "usage: scripts/dev.sh demo|test|bench|docs|docs-bench|typecheck|shell [ARGS], build [CMD] or plan CMD" >&2
         exit 2
         ;;
 esac

@@ -30,7 +30,9 @@ def plan(command):
 def test_demo_and_tests_share_one_environment_and_one_build():
     plans = {
         command: plan(command)
-        for command in ("demo", "test", "bench", "docs", "docs-bench", "shell", "build")
+        for command in (
+            "demo", "test", "bench", "docs", "docs-bench", "typecheck", "shell", "build"
+        )
     }
     version = "%d.%d" % sys.version_info[:2]
     for command, p in plans.items():

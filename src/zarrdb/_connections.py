@@ -22,7 +22,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any
+from typing import Any, Literal
 
 from zarrdb import _format, errors
 from zarrdb import remote as _remote
@@ -61,7 +61,9 @@ def compiled_default(name: str) -> int | None:
 _ROLLBACK_DEFAULT_IS_FULL = (compiled_default("DEFAULT_SYNCHRONOUS") or 0) >= 2
 
 
-def _synchronous(durability: str, journal: str) -> str | None:
+def _synchronous(
+    durability: str, journal: str
+) -> Literal["off", "normal", "full", "extra"] | None:
     """PRAGMA synchronous of the write connection; None leaves it to SQLite, which then uses
     FULL while the file is in a rollback journal and NORMAL once it is in WAL mode (setup.py's
     SQLITE_DEFAULT_WAL_SYNCHRONOUS; a system SQLite may use FULL there too), following the
@@ -92,7 +94,7 @@ class _Lease:
     __slots__ = ("__weakref__",)
 
 
-def _return_reader(conns_ref: weakref.ref, db: Database) -> None:
+def _return_reader(conns_ref: weakref.ref[Connections], db: Database) -> None:
     conns = conns_ref()
     if conns is None or db.closed:
         return
@@ -109,13 +111,17 @@ class Connections:
         path: str,
         read_only: bool,
         options: dict[str, Any],
-        remote: tuple[Any, Any, str | None] | None = None,
+        remote: tuple[_remote.RemoteLocation, _remote.BlockCache, str | None] | None = None,
     ) -> None:
         self.store_path = path
         # A remote file: where it is (location, block cache options, the version to expect),
         # and once open, the file itself (its version pinned, its block cache shared by the
         # read connections of every thread).
-        self.remote_location, self.block_cache, self.expect_etag = remote or (None, None, None)
+        self.remote_location: _remote.RemoteLocation | None = None
+        self.block_cache: _remote.BlockCache | None = None
+        self.expect_etag: str | None = None
+        if remote is not None:
+            self.remote_location, self.block_cache, self.expect_etag = remote
         self.remote: _remote.RemoteObject | None = None
         self.made_sidecars = False
         self.options = options
@@ -237,6 +243,7 @@ class Connections:
     def _open_reader(self) -> Database:
         opts = self.options
         if self.remote_location is not None:
+            assert self.block_cache is not None  # given with the location
             if self.remote is None:
                 self.remote = _remote.open_shared(
                     self.remote_location, self.block_cache, expect_etag=self.expect_etag

@@ -1,11 +1,12 @@
 """Type stubs for zarrdb._core, the engine under SQLiteStore (knows nothing of zarr)."""
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
-from typing_extensions import Buffer, Self
+from typing_extensions import Buffer, Self, disjoint_base
 
 BUNDLED_SQLITE: bool
 REMOTE_VFS: str  # "zarrdb-remote", the read-only VFS of RemoteFile
@@ -13,6 +14,7 @@ MAX_VALUE_SIZE: int  # 2_147_483_645, the spec's limit for one value
 
 def _library_info() -> tuple[str, str, tuple[str, ...]]: ...
 
+@disjoint_base
 class _Atomic:
     """Context manager from Database._atomic(): the outermost level is BEGIN IMMEDIATE ..
     COMMIT, inner levels are savepoints; an exception rolls back that level and propagates."""
@@ -25,6 +27,7 @@ class _Atomic:
         tb: TracebackType | None,
     ) -> None: ...
 
+@disjoint_base
 class Database:
     """One SQLite connection to a file with a `zarr(k TEXT PRIMARY KEY, v BLOB)` table.
 
@@ -144,6 +147,145 @@ class Database:
     def executescript(self, sql: str) -> None: ...
 
 
+# The writer (_writer.pxi) -------------------------------------------------------------------
+
+# One write: (kind, key, value), kind "set", "set_if_absent", "delete" or "delete_prefix"
+# (value None for the deletes).
+_Op = tuple[str, str, Buffer | None]
+
+@disjoint_base
+class Submission:
+    """One caller's writes, queued on a Writer. `future` is the caller's (the store settles it
+    when the submission comes out of its Port)."""
+
+    future: Any
+
+    @property
+    def done(self) -> bool: ...
+    @property
+    def joined(self) -> bool:
+        """The submission joined the store's open explicit transaction when it was queued."""
+
+    @property
+    def changes(self) -> int:
+        """Rows the submission wrote or deleted (once done)."""
+
+    def wait(self) -> None:
+        """Block (GIL released) until the writer is done with this submission; raise its error
+        if it failed."""
+
+    def collect(self) -> BaseException | None:
+        """Once done: release the buffers and return the error (None if it succeeded)."""
+
+    def error(self) -> BaseException | None:
+        """The exception for a failed submission (None if it succeeded or is not done)."""
+
+@disjoint_base
+class Port:
+    """Where the writer reports finished submissions for one event loop: `fileno()` becomes
+    readable (watch it with add_reader), `drain()` returns them. Where there is no descriptor
+    (`has_fd` false: Windows), `wait()` blocks until there is something to drain."""
+
+    @property
+    def has_fd(self) -> bool: ...
+    @property
+    def pending(self) -> int: ...
+    def __new__(cls, writer: Writer) -> Self: ...
+    def fileno(self) -> int: ...
+    def drain(self) -> list[Submission]:
+        """The submissions finished since the last call (their buffers released)."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block (GIL released) until something finished or the port is closed; True if
+        there is something to drain."""
+
+    def close(self) -> None:
+        """Wake a wait() for good."""
+
+@disjoint_base
+class Writer:
+    """The write connection of a Database, run by a C thread (see the top of _writer.pxi)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def busy_timeout(self) -> float: ...
+    def __init__(
+        self,
+        db: Database,
+        *,
+        batch_bytes: int = 67108864,
+        queue_bytes: int = 268435456,
+        blob_min: int = 131072,
+        touch_sql: str | None = None,
+        touch_every: float = 0.5,
+        max_age: float = 0.002,
+        checkpoint: bool = False,
+        synchronous: int = 1,
+        checkpoint_pages: int = 256,
+        wal_limit_pages: int = 4096,
+        wal_after: int = 0,
+        small_bytes: int = 262144,
+        vacuum_pages: int = 256,
+        vacuum_min: int = 16,
+    ) -> None: ...
+    @overload
+    def submit(
+        self, ops: Iterable[_Op], *, port: Port | None = None, block: Literal[True] = True
+    ) -> Submission: ...
+    @overload
+    def submit(
+        self, ops: Iterable[_Op], *, port: Port | None = None, block: bool
+    ) -> Submission | None:
+        """Queue `ops` as one submission; while an explicit transaction is open it joins it.
+        When the queue is full, waits (GIL released), or with block=False returns None."""
+
+    def write(self, ops: Iterable[_Op]) -> None:
+        """Queue `ops` and, unless they joined the open explicit transaction, wait until they
+        are committed (GIL released); raises the write's error."""
+
+    def flush(self) -> None:
+        """Everything queued so far is all the caller has for now: commit it without waiting."""
+
+    def wait_for_room(self, nbytes: int) -> None:
+        """Block (GIL released) until a submission of `nbytes` would be queued at once."""
+
+    def holding(self, drain: bool = True) -> AbstractContextManager[Database, bool]:
+        """The write connection for a `with` block, taken from the thread once everything
+        queued so far is written (with `drain`), given back at the end."""
+
+    @property
+    def in_transaction(self) -> bool: ...
+    @property
+    def transaction(self) -> int:
+        """The token of the open explicit transaction (0: none)."""
+
+    def begin(self, inside: int, levels: list[int]) -> int:
+        """Open a level of explicit transaction (a savepoint inside `inside` if it is still
+        open); appends its token to `levels` the moment it is open, and returns it."""
+
+    def end(self, token: int, ok: bool) -> None:
+        """End the innermost level of transaction `token`: commit (or release its savepoint)
+        if `ok` and none of its writes failed, else roll back."""
+
+    @property
+    def checkpoint_failures(self) -> tuple[int, int, int, int]:
+        """(failed checkpoints, the last one's result code, frames in the log the last
+        checkpoint saw, frames it copied)."""
+
+    @property
+    def in_wal(self) -> bool: ...
+    @property
+    def touch_skipped(self) -> bool: ...
+    def stats(self) -> dict[str, int]:
+        """Counters: batches, submissions, retried batches, the largest batch, bytes queued."""
+
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None:
+        """Write everything queued, stop the thread, and give the Database back to Python."""
+
+@disjoint_base
 class RemoteFile:
     """A database file read by byte ranges: `fetch(offset, length)` returns exactly `length`
     bytes (any buffer). Its blocks are cached here, least recently used dropped first, and shared
@@ -171,6 +313,7 @@ class RemoteFile:
     def stats(self) -> dict[str, int]:
         """requests, bytes, hits, misses, waits, failures, evictions, cached_bytes."""
 
+@disjoint_base
 class RemoteDatabase(Database):
     """A read-only Database on a RemoteFile; one per thread. A failed fetch raises what the
     fetch function raised if it is a zarrdb error, else a RemoteReadError caused by it."""

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from zarrdb import _format, errors
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from zarrdb._connections import Connections
     from zarrdb._core import Database
+
+T = TypeVar("T")
 
 
 class FileOperations:
@@ -27,7 +31,7 @@ class FileOperations:
 
         def _connections_for_write(self) -> Connections: ...
 
-    def _maintain(self, fn: Any) -> Any:
+    def _maintain(self, fn: Callable[[Database], T]) -> T:
         """Run `fn(db)` on the write connection, once everything queued is written (inside
         an open explicit transaction, as part of it: the store object is the session)."""
         with self._connections_for_write().write_connection() as db:

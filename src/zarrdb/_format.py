@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any, Protocol
 
 from zarrdb import errors
 
@@ -168,7 +170,15 @@ class FileFacts:
         return METADATA_TABLE in self.tables and DATA_TABLE in self.tables
 
 
-def _as_text(value) -> str:
+class Queries(Protocol):
+    """What read_facts needs of a connection: a zarrdb._core.Database, or conformance's
+    stand-in over Python's sqlite3."""
+
+    def pragma(self, name: str) -> Any: ...
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+
+def _as_text(value: object) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, bytes):
@@ -176,7 +186,7 @@ def _as_text(value) -> str:
     return "" if value is None else str(value)
 
 
-def read_facts(db) -> FileFacts:
+def read_facts(db: Queries) -> FileFacts:
     """Gather FileFacts through a zarrdb._core.Database (or conformance's stand-in over
     Python's sqlite3). Runs none of the file's own SQL: its metadata records are read only from
     a file without any (FileFacts.code)."""
@@ -204,7 +214,7 @@ def read_facts(db) -> FileFacts:
     return facts
 
 
-def schema_code(db, schema: list[tuple[str, ...]]) -> list[str]:
+def schema_code(db: Queries, schema: list[tuple[str, ...]]) -> list[str]:
     """What in `schema` (sqlite_schema's type, name, tbl_name, sql) would run SQL stored in the
     file when zarrdb reads or writes the SQLiteStore tables: triggers on them, a view or a
     virtual table in their place, generated columns, expression and partial indexes. The spec
@@ -232,7 +242,7 @@ def schema_code(db, schema: list[tuple[str, ...]]) -> list[str]:
     return found
 
 
-def _index_code(db, name: str, table: str) -> list[str]:
+def _index_code(db: Queries, name: str, table: str) -> list[str]:
     """Why the index `name` on `table` runs the file's SQL (expressions, a WHERE clause)."""
     found = []
     if db.execute("SELECT 1 FROM pragma_index_xinfo(?) WHERE cid = -2", (name,)):

@@ -8,7 +8,7 @@ A mixin: SQLiteStore provides `_connections()` (the open file, opened on first u
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -152,7 +152,7 @@ class Reads:
         db = conns.reader()
         if byte_range is None:
             data = db.get_limited(key, INLINE_READ_MAX)
-            if type(data) is int:
+            if isinstance(data, int):
                 data = await asyncio.to_thread(self._get_in_thread, key)
         else:
             start, length = _byte_range(byte_range)
@@ -210,7 +210,7 @@ class Reads:
 
     async def _get_many(
         self, requests: Iterable[tuple[str, BufferPrototype, ByteRequest | None]]
-    ) -> AsyncIterator[tuple[str, Buffer | None]]:
+    ) -> AsyncGenerator[tuple[str, Buffer | None], None]:
         reqs = list(requests)
         values = await self._get_ranges([(key, *_byte_range(br)) for key, _, br in reqs])
         for (key, prototype, _), value in zip(reqs, values, strict=True):
@@ -271,7 +271,7 @@ class Reads:
     ) -> list[tuple[int, Buffer | None]]:
         if values[0] is None:  # one key: all present or all missing
             raise BaseExceptionGroup("chunk read failed", [FileNotFoundError(key)])
-        return [(i, _as_buffer(prototype, v)) for i, v in enumerate(values)]  # type: ignore[arg-type]
+        return [(i, None if v is None else _as_buffer(prototype, v)) for i, v in enumerate(values)]
 
     async def _read(self, fn: Callable[[Database], T]) -> T:
         """`fn(db)` on the connection a read uses; while an explicit transaction is open, in

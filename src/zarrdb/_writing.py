@@ -104,7 +104,7 @@ class Writing:
         self.ports: dict[int, _LoopPort] = {}  # id(loop) -> its port
         self.ports_lock = threading.Lock()
 
-    def hold(self, drain: bool = True) -> Any:
+    def hold(self, drain: bool = True) -> contextlib.AbstractContextManager[Database, bool]:
         """The write connection for a `with` block, taken from the writer thread: with `drain`,
         once everything queued so far is written."""
         return self.writer.holding(drain)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -193,7 +194,7 @@ class _Connection:
         con.set_progress_handler(_keep_going, _PROGRESS_STEPS)
         # As the engine's connections: SQL stored in the file may call only harmless functions.
         con.execute("PRAGMA trusted_schema = OFF")
-        if hasattr(con, "setconfig"):  # Python 3.12
+        if sys.version_info >= (3, 12):  # Connection.setconfig
             con.setconfig(sqlite3.SQLITE_DBCONFIG_DEFENSIVE, True)
 
     def pragma(self, name: str) -> Any:

@@ -43,7 +43,8 @@ def describe(path: Path) -> None:
                 f"{arr.nbytes_stored():,} bytes stored"
             )
         temp = root["temperature"]
-        window = np.array2string(temp[100:102, 200:204], precision=2, separator=", ")
+        assert isinstance(temp, zarr.Array)
+        window = np.array2string(np.asarray(temp[100:102, 200:204]), precision=2, separator=", ")
         print(f"  temperature[100:102, 200:204] =\n{window}")
     # The file is plain SQLite: any SQLite client can read it.
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)

@@ -28,7 +28,8 @@ import urllib.parse
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from types import ModuleType
+from typing import Any, TypeGuard, TypeVar, cast
 
 from zarrdb import errors
 from zarrdb._core import RemoteDatabase, RemoteFile
@@ -88,7 +89,7 @@ DEFAULT_TIMEOUTS = {"connect_timeout": "5s", "read_timeout": "10s"}
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-def is_url(path: object) -> bool:
+def is_url(path: object) -> TypeGuard[str]:
     """Whether `path` is a URL that zarrdb reads remotely.
 
     True for a string whose scheme is one of `SCHEMES` (`s3://`, `gs://`, `az://`,
@@ -123,7 +124,7 @@ def parse_options(pairs: Iterable[str]) -> dict[str, Any]:
     return options
 
 
-def _obstore():
+def _obstore() -> ModuleType:
     try:
         import obstore
     except ImportError:
@@ -253,6 +254,7 @@ class RemoteLocation:
             raise TypeError("give either a URL or an obstore store and a path")
         self.storage_options = dict(storage_options or {})
         self.timeouts: dict[str, Any] = {}  # the client's timeouts, once its store is made
+        self.base: str | None  # the URL's store (None: an obstore store was given)
         if url is not None:
             if not is_url(url):
                 raise ValueError(
@@ -554,7 +556,7 @@ def _interruptible(call: Callable[[], _T]) -> _T:
     ok, value = outcome[0]
     if not ok:
         raise value
-    return value
+    return cast(_T, value)
 
 
 class RemoteObject:

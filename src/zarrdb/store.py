@@ -31,7 +31,7 @@ from zarrdb._connections import (
 )
 from zarrdb._file_ops import FileOperations
 from zarrdb._reading import Reads
-from zarrdb._writing import Transaction
+from zarrdb._writing import Transaction, Writing
 
 if TYPE_CHECKING:
     from typing import Self
@@ -73,7 +73,8 @@ class SQLiteStore(FileOperations, Reads, Store):
     ----------
     path
         The `.zarrdb` file. A URL (`s3://`, `gs://`, `az://`, `http://`, `https://`) reads a
-        file from object storage or a web server, read-only (needs `zarrdb[remote]`).
+        file from object storage or a web server, read-only (needs `zarrdb[remote]`), and so
+        does a `zarrdb.remote.RemoteLocation` (what `from_object_store` opens).
     read_only
         Open with SQLite's read-only mode: nothing is created or modified, and a missing file
         raises `FileNotFoundError`.
@@ -140,7 +141,7 @@ class SQLiteStore(FileOperations, Reads, Store):
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | _remote.RemoteLocation,
         *,
         read_only: bool = False,
         durability: Durability = "normal",
@@ -190,7 +191,7 @@ class SQLiteStore(FileOperations, Reads, Store):
             "check_pages": bool(check_pages),
         }
         self._conns: Connections | None = None
-        self._closer: weakref.finalize | None = None
+        self._closer: weakref.finalize[[], SQLiteStore] | None = None
         if not self.read_only:
             # So that SIGTERM, too, leaves the file whole (see unwind_on_sigterm): made here,
             # in the caller's thread (zarr opens stores on its own event-loop thread).
@@ -263,6 +264,7 @@ class SQLiteStore(FileOperations, Reads, Store):
                 return conns
             remote = None
             if self._remote is not None:
+                assert self._block_cache is not None  # made with self._remote
                 remote = (self._remote, self._block_cache, self._expect_etag)
             conns = Connections(self.path, self.read_only, self._options, remote)
             conns.open()
@@ -293,6 +295,13 @@ class SQLiteStore(FileOperations, Reads, Store):
     def _connections_for_write(self) -> Connections:
         self._check_writable()
         return self._connections()
+
+    def _writing(self) -> Writing:
+        """The writer of this process's connections; only for a writable store (callers
+        check with _check_writable first)."""
+        writing = self._connections().writing
+        assert writing is not None  # a writable store's connections always have one
+        return writing
 
     async def _ensure_open(self) -> None:
         if self._remote is not None:  # the opening request, off the event loop's thread
@@ -437,16 +446,16 @@ class SQLiteStore(FileOperations, Reads, Store):
         """
         self._check_writable()
         op = self._set_op(key, value)
-        self._connections().writing.write_sync([op])  # type: ignore[union-attr]
+        self._writing().write_sync([op])
 
     def delete_sync(self, key: str) -> None:
         """Delete `key` (if stored) without an event loop; the synchronous form of `delete`."""
         self._check_writable()
-        self._connections().writing.write_sync([("delete", key, None)])  # type: ignore[union-attr]
+        self._writing().write_sync([("delete", key, None)])
 
     async def _write(self, ops: list[tuple[str, str, Any]]) -> None:
         self._check_writable()
-        await self._connections().writing.write_async(ops)  # type: ignore[union-attr]
+        await self._writing().write_async(ops)
 
     async def set(self, key: str, value: Buffer) -> None:
         """Store `value` at `key`; returns once it is committed (group commit).
@@ -465,7 +474,7 @@ class SQLiteStore(FileOperations, Reads, Store):
         """
         self._check_writable()
         op = self._set_op(key, value)
-        await self._connections().writing.write_async([op])  # type: ignore[union-attr]
+        await self._writing().write_async([op])
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
         """Store `value` at `key` only if the key is not stored yet."""

@@ -22,7 +22,7 @@ import threading
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, NoReturn
 
 from zarrdb import errors, remote
 
@@ -121,7 +121,7 @@ COMMANDS: tuple[Command, ...] = (
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line on stderr, exit code 2."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(
             EXIT_USAGE,
             f"{self.prog}: error: {printable(one_line(message))} (see '{self.prog} --help')\n",
@@ -148,7 +148,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--version", action="version", version=f"zarrdb {__version__} (SQLite {sqlite_version})"
     )
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("--json", action="store_true", help="print the result as JSON, for scripts")
     subparsers = parser.add_subparsers(
         dest="command", metavar="COMMAND", required=True, parser_class=Parser
@@ -267,7 +267,14 @@ def fail(prog: str, message: str) -> None:
 _warned: set[str] = set()
 
 
-def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+def _warning_line(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: IO[str] | None = None,
+    line: str | None = None,
+) -> None:
     text = printable(one_line(str(message)))
     if text in _warned:
         return

@@ -273,7 +273,7 @@ async def run_tree(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _give_back_hint(facts: dict) -> str:
+def _give_back_hint(facts: dict[str, Any]) -> str:
     """How the free pages of this file go back to the file system."""
     if "://" in facts["path"]:
         return "vacuum the local file before publishing it"

@@ -20,7 +20,7 @@ import urllib.parse
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from zarrdb import errors, remote
 from zarrdb.cli.framework import BadInput, one_line
@@ -254,8 +254,11 @@ def open_remote_zarrdb(
     return store
 
 
+_S = TypeVar("_S", bound="Store")
+
+
 @contextlib.contextmanager
-def closing(store: Store) -> Iterator[Store]:
+def closing(store: _S) -> Iterator[_S]:
     try:
         yield store
     finally:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from zarrdb.cli.bench import report
 from zarrdb.cli.bench.harness import (
+    StoreKind,
     all_store_kinds,
     machine_counters,
     others_cpu_share,
@@ -171,7 +172,7 @@ TARGET_WORKLOADS = ("ingest/read small-raw", "ingest/read large-raw", "ingest/re
 TARGET_STORES = ("zarrdb", "zarrdb-txn", "zarrdb-off", "local", "local-fsync", "memory")
 
 
-def _kinds(args: argparse.Namespace) -> list:
+def _kinds(args: argparse.Namespace) -> list[StoreKind]:
     kinds = all_store_kinds()
     if args.stores is None:
         if args.targets:
@@ -208,8 +209,9 @@ def _scratch(args: argparse.Namespace, stack: contextlib.ExitStack) -> Path:
         raise BadInput(
             f"argument --dir: the folder {args.dir.parent} does not exist; create it first"
         )
-    args.dir.mkdir(exist_ok=True)
-    return args.dir
+    folder: Path = args.dir
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 def run(args: argparse.Namespace) -> int:
@@ -253,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_workloads(
     cfg: Config,
-    kinds: list,
+    kinds: list[StoreKind],
     root: Path,
     progress: bool = True,
     only: tuple[str, ...] | None = None,

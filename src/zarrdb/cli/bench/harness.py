@@ -184,7 +184,7 @@ def synthetic_field(size: int, seed: int = 0) -> np.ndarray:
     x = np.linspace(0, 6 * np.pi, size, dtype=np.float32)[None, :]
     field_ = 280 + 15 * np.sin(x) * np.cos(y) + 5 * np.sin(0.3 * x + 0.7 * y)
     field_ = field_ + rng.normal(0, 0.25, (size, size)).astype(np.float32)
-    return field_.astype(np.float32)
+    return np.asarray(field_, dtype=np.float32)
 
 
 def synthetic_cube(edge: int, seed: int = 0) -> np.ndarray:
