@@ -290,12 +290,15 @@ class RemoteFile:
     """A database file read by byte ranges: `fetch(offset, length)` returns exactly `length`
     bytes (any buffer). Its blocks are cached here, least recently used dropped first, and shared
     by every RemoteDatabase opened on it; sequential reads fetch ahead (runs doubling up to
-    `readahead` bytes), concurrent readers of a block wait for one fetch. `head`: bytes from the
-    start of the file already in hand."""
+    `readahead` bytes), concurrent readers of a block wait for one fetch; a miss fetches at
+    least the aligned `min_request` bytes. With `schedule(function, *args)`, which must call
+    `function(*args)` soon on another thread, read-ahead and the rest of a miss's span are
+    fetched in the background. `head`: bytes from the start of the file already in hand."""
 
     url: str
     name: str  # what sqlite3_open_v2 opens with the REMOTE_VFS
     fetch: Callable[[int, int], Buffer]
+    schedule: Callable[..., None] | None
     size: int
     block_size: int
 
@@ -308,8 +311,12 @@ class RemoteFile:
         block_size: int = 1048576,
         cache_size: int = 67108864,
         readahead: int = 16777216,
+        min_request: int | None = None,
+        schedule: Callable[..., None] | None = None,
         head: Buffer | None = None,
     ) -> None: ...
+    def _fetch_scheduled(self, first: int, count: int) -> None:
+        """Fetch a run of blocks handed to `schedule`."""
     def stats(self) -> dict[str, int]:
         """requests, bytes, hits, misses, waits, failures, evictions, cached_bytes."""
 
@@ -323,3 +330,7 @@ class RemoteDatabase(Database):
     def __init__(
         self, source: RemoteFile, *, busy_timeout: float = 5.0, cache_size: int | None = None
     ) -> None: ...
+    def get(self, key: str) -> bytes | None:
+        """As Database.get; the value's length is looked up first and fetched at once."""
+    def get_range(self, key: str, start: int, length: int | None) -> bytes | None:
+        """As Database.get_range; the range's length is the first miss's span."""
