@@ -460,7 +460,32 @@ _workers = _Workers()
 
 def _schedule(function: Callable[..., Any], *args: Any) -> None:
     """Call `function(*args)` soon on a request thread (background read-ahead)."""
+
     _workers.submit(lambda: function(*args))
+
+
+class _Slots:
+    """The bound of requests in flight for one file; waits for a slot end as
+    interrupt_requests() or the store's closing says."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.taken = 0
+        self._changed = threading.Condition(threading.Lock())
+
+    def acquire(self) -> None:
+        started_at = _interrupts
+        closing = getattr(_reader, "closing", None)
+        with self._changed:
+            while self.taken >= self.limit:
+                self._changed.wait(_WAIT_STEP)
+                _check_waiting(started_at, closing)
+            self.taken += 1
+
+    def release(self) -> None:
+        with self._changed:
+            self.taken -= 1
+            self._changed.notify_all()
 
 
 # The read pool a thread belongs to, as `_reader.closing` (its closing event): a wait for a
@@ -574,7 +599,7 @@ class RemoteObject:
         self._store = location.object_store()
         self._changed = (obstore.exceptions.PreconditionError, FileNotFoundError)
         # Requests in flight for this file at most (the threads of every store reading it).
-        self._slots = threading.BoundedSemaphore(cache.max_requests)
+        self._slots = _Slots(cache.max_requests)
         try:
             meta, head = _interruptible(lambda: self._get_range(0, cache.first_read))
         except FileNotFoundError:
@@ -635,10 +660,7 @@ class RemoteObject:
 
     def _fetch(self, offset: int, length: int) -> Any:
         """Bytes [offset, offset + length) of the version opened, or RemoteReadError."""
-        started_at = _interrupts
-        closing = getattr(_reader, "closing", None)
-        while not self._slots.acquire(timeout=_WAIT_STEP):
-            _check_waiting(started_at, closing)
+        self._slots.acquire()
 
         def request() -> tuple[Mapping[str, Any], Any]:
             # The slot is given back when the request ends, not when its reader stops waiting

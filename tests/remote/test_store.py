@@ -263,11 +263,9 @@ def test_a_server_error_is_a_remote_read_error_and_reading_resumes(s3, http, hie
         arr[:]
     assert target.url in str(info.value)
     assert info.value.__cause__ is not None
-    failures = store.remote_stats()["failures"]
-    assert failures >= 1
+    assert store.remote_stats()["failures"] >= 1
     http.fail_from_offset = None
     np.testing.assert_array_equal(arr[:], arrays["plain"])
-    assert store.remote_stats()["failures"] == failures
     store.close()
 
 
