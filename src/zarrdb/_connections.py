@@ -485,6 +485,17 @@ def _remove_sidecars_we_made(path: str) -> None:
             db.close()
 
 
+def open_in_this_process(path: str) -> bool:
+    """Whether a store of this process has the local file `path` open."""
+    path = os.path.abspath(path)
+    pid = os.getpid()
+    return any(
+        conns.store_path == path and conns.pid == pid and not conns.closed
+        and conns.remote_location is None and (conns.readers or conns.writing is not None)
+        for conns in list(_live)
+    )  # fmt: skip
+
+
 def _release_siblings(closing: Connections) -> None:
     """Close the idle read connections other stores of this process hold on the same file (they
     reopen by themselves when used again), so the closing writer can leave the file in DELETE
