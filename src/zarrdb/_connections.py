@@ -110,8 +110,12 @@ class Connections:
         read_only: bool,
         options: dict[str, Any],
         remote: tuple[Any, Any, str | None] | None = None,
+        *,
+        accept_zarr2: bool = False,
     ) -> None:
         self.store_path = path
+        # A read-only store of a file zarr-python 2's SQLiteStore wrote (zarrdb.zarr2).
+        self.accept_zarr2 = accept_zarr2
         # A remote file: where it is (location, block cache options, the version to expect),
         # and once open, the file itself (its version pinned, its block cache shared by the
         # read connections of every thread).
@@ -213,7 +217,10 @@ class Connections:
         db = self._open_reader()
         try:
             return db, _format.validate(
-                _format.read_facts(db), path=self.store_path, writable=False
+                _format.read_facts(db),
+                path=self.store_path,
+                writable=False,
+                accept_zarr2=self.accept_zarr2,
             )
         except BaseException:
             db.close()
@@ -532,10 +539,17 @@ def _initialise(db: Database, opts: dict[str, Any], path: str) -> None:
         if not facts.is_empty:
             _format.warn(_format.validate(facts, path=path, writable=True))
             return
-        db.pragma("application_id", _format.APPLICATION_ID)
-        db.executescript(_format.SCHEMA)
-        for key, value in _format.initial_metadata(f"zarrdb {__version__}"):
-            db.execute(f"INSERT INTO {_format.METADATA_TABLE}(k, v) VALUES (?, ?)", (key, value))
+        write_schema(db, f"zarrdb {__version__}")
+
+
+def write_schema(db: Database, created_by: str, *, data_table: bool = True) -> None:
+    """Make the file a SQLiteStore file inside the transaction open on `db`: the application
+    id, the tables (`data_table`: the `zarr` table too), and the metadata of a new file."""
+    db.pragma("application_id", _format.APPLICATION_ID)
+    schema = _format.SCHEMA if data_table else _format.METADATA_SCHEMA
+    db.executescript(schema)
+    for key, value in _format.initial_metadata(created_by):
+        db.execute(f"INSERT INTO {_format.METADATA_TABLE}(k, v) VALUES (?, ?)", (key, value))
 
 
 def _create(path: str, opts: dict[str, Any]) -> None:

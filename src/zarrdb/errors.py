@@ -26,9 +26,11 @@ __all__ = [
     "OperationInterruptedError",
     "FormatError",
     "NotAZarrDBError",
+    "Zarr2FileError",
     "UnsupportedVersionError",
     "IncompatibleFlagError",
     "UnsafeSchemaError",
+    "MetadataConversionError",
     "InvalidKeyError",
     "ClosedError",
     "ConcurrentUseError",
@@ -150,6 +152,13 @@ class NotAZarrDBError(FormatError):
     """The SQLite database lacks the SQLiteStore tables (another application's database)."""
 
 
+class Zarr2FileError(NotAZarrDBError):
+    """The file was written by zarr-python 2's `SQLiteStore` (one table `zarr`, no SQLiteStore
+    metadata, no application id): not a SQLiteStore 1.0 file. `zarrdb upgrade FILE` converts it
+    in place; `zarrdb copy FILE NEW.zarrdb` copies it into a new file;
+    `zarrdb.zarr2.Zarr2SQLiteStore` reads it as it is."""
+
+
 class UnsupportedVersionError(FormatError):
     """The file declares a SQLiteStore major version this zarrdb does not implement."""
 
@@ -162,6 +171,12 @@ class UnsafeSchemaError(FormatError):
     """The file's schema holds SQL that would run when its SQLiteStore tables are read or
     written: a trigger, a generated column, a view or virtual table in their place, an
     expression or partial index. zarrdb refuses such a file rather than run its author's code."""
+
+
+class MetadataConversionError(ZarrDBError, ValueError):
+    """zarr's converter (`zarr.metadata.migrate_v3`) cannot turn a hierarchy's zarr v2
+    metadata into zarr v3 (a codec without a v3 form, a node it cannot reach, ...); the message
+    gives its reason. Nothing was changed."""
 
 
 class UnclosedFileError(FormatError):

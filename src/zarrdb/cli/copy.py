@@ -149,7 +149,9 @@ async def run(args: argparse.Namespace) -> int:
     options = common.storage_options(args, args.source, args.dest)
     source = stores.classify(args.source, "source", options)
     dest = stores.classify(args.dest, "destination", options)
-    src = await stores.open_store(source, read_only=True, busy_timeout=args.busy_timeout)
+    src = await stores.open_store(
+        source, read_only=True, busy_timeout=args.busy_timeout, zarr2=True
+    )
     with stores.closing(src):
         plan = await make_plan(src, source, dest, args)
         with Progress(show) as progress:
