@@ -37,6 +37,7 @@ __all__ = [
     "ForkedProcessError",
     "RemoteReadError",
     "RemoteFileChangedError",
+    "RemoteWriteError",
     "UnclosedFileError",
     "sqlite_error",
 ]
@@ -137,6 +138,12 @@ class RemoteFileChangedError(RemoteReadError):
     """The remote file was replaced after the store opened it (its ETag or version changed).
     Nothing of the new version was mixed into what was read; open the store again to read the
     new version."""
+
+
+class RemoteWriteError(DiskIOError):
+    """A file could not be uploaded to object storage (`zarrdb.remote.upload`): the network,
+    the service, permissions. The original exception is the ``__cause__``. An upload that fails
+    publishes nothing."""
 
 
 class OperationInterruptedError(SQLiteError):

@@ -288,7 +288,8 @@ class Location:
 
     @property
     def remote(self) -> bool:
-        """A .zarrdb file at a URL, read in place (read-only)."""
+        """A .zarrdb file at a URL: read in place (read-only) as a source, uploaded whole as a
+        destination."""
         return self.kind == "zarrdb" and "://" in self.path
 
     @property
@@ -301,9 +302,8 @@ def classify(path: str, role: str, storage_options: Mapping[str, Any] | None = N
     if "://" in path:
         options = dict(storage_options or {})
         if names_zarrdb(path):
-            if role == "destination":
-                require_local(path, "copy")
-            return Location(path, "zarrdb", True, options)
+            # As a destination: an upload of a whole local .zarrdb (cli/publish.py).
+            return Location(path, "zarrdb", role == "source", options)
         return Location(path, "url", True, options)
     if os.path.isdir(path):
         return Location(path, "dir", True)
