@@ -213,7 +213,11 @@ def _state(f: Any) -> tuple[int, int, bytes]:
     """What tells whether the open file changed: its size, its modification time, and SQLite's
     file change counter (bytes 24-27 of the header, bumped by every commit)."""
     info = os.fstat(f.fileno())
-    return info.st_size, info.st_mtime_ns, os.pread(f.fileno(), 4, 24)
+    at = f.tell()
+    f.seek(24)
+    counter = f.read(4)
+    f.seek(at)
+    return info.st_size, info.st_mtime_ns, counter
 
 
 def _exists(obstore: Any, store: Any, location: Any) -> bool:

@@ -13,9 +13,10 @@ Writing stays `ds.to_zarr(SQLiteStore(path))`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from xarray.backends import BackendEntrypoint
@@ -224,19 +225,15 @@ def _zarr_options(**options: Any) -> dict[str, Any]:
     return {name: value for name, value in options.items() if value is not None}
 
 
-class _closed_on_error:
+@contextlib.contextmanager
+def _closed_on_error(store: SQLiteStore, owned: bool) -> Iterator[None]:
     """Close an owned store if xarray fails to read it."""
-
-    def __init__(self, store: SQLiteStore, owned: bool) -> None:
-        self.store = store
-        self.owned = owned
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: object, *rest: object) -> None:
-        if exc_type is not None and self.owned:
-            self.store.close()
+    try:
+        yield
+    except BaseException:
+        if owned:
+            store.close()
+        raise
 
 
 def _close_store_with(obj: Any, store: SQLiteStore) -> None:
