@@ -96,6 +96,7 @@ def assert_conforms_made_by_zarrdb(path) -> None:
 def test_commands_that_need_a_sqlitestore_file_name_the_ways_across(old_file, tmp_path):
     before = fingerprint(old_file)
     for argv in (("info", old_file), ("tree", old_file), ("vacuum", old_file),
+                 ("check", old_file), ("check", "--quick", old_file),
                  ("mv", old_file, "/scaled", "/moved"), ("snapshot", old_file, tmp_path / "s.zarrdb")):  # fmt: skip
         line = assert_bad_input(run(*argv), "zarr-python 2", "zarrdb upgrade", "zarrdb copy")
         assert str(old_file) in line
