@@ -77,8 +77,11 @@ def test_json_and_overwrite(s3, sample_file, capsys):
     assert result["mismatches"] == [] and result["verified"] is None
     code, _, err = run_here(capsys, "copy", sample_file, url, *argv)
     assert code == 2 and "exists already; pass --overwrite" in err
-    code, _, err = run_here(capsys, "copy", sample_file, url, "--overwrite", "--verify", *argv)
+    code, _, err = run_here(
+        capsys, "copy", sample_file, url, "--overwrite", "--verify", "--progress", *argv
+    )
     assert code == 0, err
+    assert "upload" in err and "verify" in err  # the progress bars, on stderr
 
 
 def test_a_multipart_upload_is_checked_part_by_part(s3, tmp_path):
