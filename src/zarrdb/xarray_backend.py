@@ -19,8 +19,7 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from xarray.backends import BackendEntrypoint
-from xarray.backends.zarr import ZarrBackendEntrypoint
+from xarray.backends import BackendEntrypoint, ZarrBackendEntrypoint
 
 from zarrdb import _format
 from zarrdb import remote as _remote

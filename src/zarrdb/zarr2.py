@@ -330,10 +330,10 @@ def _v3_plan(db: Database, keys: list[str], path: str) -> _Plan:
             f"migrate_v3, which zarr {zarr.__version__} does not have (pip install -U zarr); "
             "nothing was changed"
         ) from None
-    from zarr.core.buffer import default_buffer_prototype
+    from zarr.buffer import default_buffer_prototype
     from zarr.storage import MemoryStore
 
-    documents = dict(zip(v2, db.get_many(v2)))
+    documents = dict(zip(v2, db.get_many(v2), strict=True))
     consolidated = [posixpath.dirname(k) for k in v2 if posixpath.basename(k) == V2_CONSOLIDATED]
     buffer = default_buffer_prototype().buffer
     # The converter works on a MemoryStore holding only the metadata documents; what it

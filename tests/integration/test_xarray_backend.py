@@ -188,7 +188,7 @@ def test_bad_input_raises_the_stores_errors_and_leaves_nothing_open(tmp_path):
         import zarr
 
         zarr.open_group(store, mode="w")
-    with pytest.raises(Exception):  # xarray's own error: no such group
+    with pytest.raises(FileNotFoundError):  # zarr's GroupNotFoundError
         xr.open_dataset(empty_group, group="nowhere", consolidated=False)
     assert_closed(empty_group)
 
