@@ -112,8 +112,12 @@ class Connections:
         read_only: bool,
         options: dict[str, Any],
         remote: tuple[_remote.RemoteLocation, _remote.BlockCache, str | None] | None = None,
+        *,
+        accept_zarr2: bool = False,
     ) -> None:
         self.store_path = path
+        # A read-only store of a file zarr-python 2's SQLiteStore wrote (zarrdb.zarr2).
+        self.accept_zarr2 = accept_zarr2
         # A remote file: where it is (location, block cache options, the version to expect),
         # and once open, the file itself (its version pinned, its block cache shared by the
         # read connections of every thread).
@@ -219,7 +223,10 @@ class Connections:
         db = self._open_reader()
         try:
             return db, _format.validate(
-                _format.read_facts(db), path=self.store_path, writable=False
+                _format.read_facts(db),
+                path=self.store_path,
+                writable=False,
+                accept_zarr2=self.accept_zarr2,
             )
         except BaseException:
             db.close()
@@ -491,6 +498,17 @@ def _remove_sidecars_we_made(path: str) -> None:
             db.close()
 
 
+def open_in_this_process(path: str) -> bool:
+    """Whether a store of this process has the local file `path` open."""
+    path = os.path.abspath(path)
+    pid = os.getpid()
+    return any(
+        conns.store_path == path and conns.pid == pid and not conns.closed
+        and conns.remote_location is None and (conns.readers or conns.writing is not None)
+        for conns in list(_live)
+    )  # fmt: skip
+
+
 def _release_siblings(closing: Connections) -> None:
     """Close the idle read connections other stores of this process hold on the same file (they
     reopen by themselves when used again), so the closing writer can leave the file in DELETE
@@ -527,10 +545,17 @@ def _initialise(db: Database, opts: dict[str, Any], path: str) -> None:
         if not facts.is_empty:
             _format.warn(_format.validate(facts, path=path, writable=True))
             return
-        db.pragma("application_id", _format.APPLICATION_ID)
-        db.executescript(_format.SCHEMA)
-        for key, value in _format.initial_metadata(f"zarrdb {__version__}"):
-            db.execute(f"INSERT INTO {_format.METADATA_TABLE}(k, v) VALUES (?, ?)", (key, value))
+        write_schema(db, f"zarrdb {__version__}")
+
+
+def write_schema(db: Database, created_by: str, *, data_table: bool = True) -> None:
+    """Make the file a SQLiteStore file inside the transaction open on `db`: the application
+    id, the tables (`data_table`: the `zarr` table too), and the metadata of a new file."""
+    db.pragma("application_id", _format.APPLICATION_ID)
+    schema = _format.SCHEMA if data_table else _format.METADATA_SCHEMA
+    db.executescript(schema)
+    for key, value in _format.initial_metadata(created_by):
+        db.execute(f"INSERT INTO {_format.METADATA_TABLE}(k, v) VALUES (?, ?)", (key, value))
 
 
 def _create(path: str, opts: dict[str, Any]) -> None:

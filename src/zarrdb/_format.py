@@ -30,16 +30,19 @@ SPEC_TABLES = (METADATA_TABLE, DATA_TABLE)
 REQUIRED_METADATA = ("sqlitestore_version", "compatible_flags", "incompatible_flags")
 KNOWN_METADATA = REQUIRED_METADATA + ("created_by", "modified_at")
 
-SCHEMA = f"""
+METADATA_SCHEMA = f"""
 CREATE TABLE {METADATA_TABLE} (
     k TEXT PRIMARY KEY NOT NULL,
     v TEXT NOT NULL
 );
+"""
+DATA_SCHEMA = f"""
 CREATE TABLE {DATA_TABLE} (
     k TEXT PRIMARY KEY NOT NULL,
     v BLOB NOT NULL
 );
 """
+SCHEMA = METADATA_SCHEMA + DATA_SCHEMA
 
 # Run inside each write transaction: one statement, no second transaction per write.
 TOUCH_MODIFIED_AT = (
@@ -160,6 +163,8 @@ class FileFacts:
     # (a trigger, a generated column, ...), one description each; such a file is refused.
     code: list[str] = field(default_factory=list)
     encoding: str = "UTF-8"  # of the file's text (PRAGMA encoding)
+    # The columns of the table `zarr`, if there is one: (name, declared type, not null, pk).
+    data_columns: list[tuple[str, str, int, int]] = field(default_factory=list)
 
     @property
     def is_empty(self) -> bool:
@@ -202,6 +207,14 @@ def read_facts(db: Queries) -> FileFacts:
     tables = {name: sql for kind, name, _, sql in schema if kind == "table"}
     facts = FileFacts(application_id & 0xFFFFFFFF, tables, code=schema_code(db, schema))
     facts.encoding = str(db.pragma("encoding") or "UTF-8")
+    if DATA_TABLE in tables and not facts.code:
+        facts.data_columns = [
+            (_as_text(name), _as_text(kind).upper(), int(notnull or 0), int(pk or 0))
+            for name, kind, notnull, pk in db.execute(
+                'SELECT name, type, "notnull", pk FROM pragma_table_info(?) ORDER BY cid',
+                (DATA_TABLE,),
+            )
+        ]
     if METADATA_TABLE in tables and not facts.code and facts.encoding == "UTF-8":
         # Read as bytes and decode leniently: an informational record (created_by) in another
         # encoding must not make the file unreadable. NULLs count as missing records.
@@ -265,10 +278,64 @@ def parse_flags(text: str) -> set[str]:
     return {flag.strip() for flag in text.split(",") if flag.strip()}
 
 
-def validate(facts: FileFacts, *, path: str, writable: bool) -> list[str]:
+# --- files of zarr-python 2's SQLiteStore ----------------------------------------------------
+
+# zarr-python 2's zarr.storage.SQLiteStore made one table, with this statement, and nothing else
+# (no metadata table, application id 0): "CREATE TABLE IF NOT EXISTS zarr(k TEXT PRIMARY KEY,
+# v BLOB)". As FileFacts.data_columns has it:
+ZARR2_COLUMNS = [("k", "TEXT", 0, 1), ("v", "BLOB", 0, 0)]
+
+
+def zarr2_problem(facts: FileFacts) -> str | None:
+    """Why the file is not one zarr-python 2's SQLiteStore wrote, or None if it is: the table
+    `zarr` of exactly that shape and no other table, no SQLiteStore metadata, no application
+    id, no SQL of its author on the table, text in UTF-8."""
+    if facts.code:
+        return f"it holds SQL that would run on its tables ({'; '.join(facts.code)})"
+    if DATA_TABLE not in facts.tables:
+        return f"it has no table {DATA_TABLE!r}"
+    others = sorted(name for name in facts.tables if name != DATA_TABLE)
+    if others:
+        return f"it has other tables than {DATA_TABLE!r} ({', '.join(others)})"
+    if facts.data_columns != ZARR2_COLUMNS:
+        found = ", ".join(f"{name} {kind}".strip() for name, kind, _, _ in facts.data_columns)
+        return (
+            f"its table {DATA_TABLE!r} has the columns ({found}), not zarr 2's "
+            "(k TEXT PRIMARY KEY, v BLOB)"
+        )
+    if _WITHOUT_ROWID_RE.search(facts.tables[DATA_TABLE]):
+        return f"its table {DATA_TABLE!r} is a WITHOUT ROWID table, which zarr 2 never made"
+    if facts.application_id not in (0, APPLICATION_ID):
+        return f"it has the application id {facts.application_id:#010x} of another program"
+    if facts.encoding != "UTF-8":
+        return f"it stores its text as {facts.encoding}, not UTF-8"
+    return None
+
+
+def zarr2_error(path: str) -> errors.Zarr2FileError:
+    """What a store says of a file of zarr-python 2's SQLiteStore."""
+    return errors.Zarr2FileError(
+        f"{path!r} was written by zarr-python 2's SQLiteStore (one table {DATA_TABLE!r}, no "
+        f"SQLiteStore metadata): it is not a SQLiteStore 1.0 file. Convert it in place with "
+        f"`zarrdb upgrade {path}` (--to-v3 also turns its zarr v2 metadata into v3), or copy it "
+        f"into a new file with `zarrdb copy {path} NEW.zarrdb`; "
+        "zarrdb.zarr2.Zarr2SQLiteStore reads it as it is"
+    )
+
+
+def validate(
+    facts: FileFacts, *, path: str, writable: bool, accept_zarr2: bool = False
+) -> list[str]:
     """Raise the zarrdb.errors exception that says why the file cannot be used, or return the
-    warnings to show (e.g. a foreign application id in a file opened for reading)."""
+    warnings to show (e.g. a foreign application id in a file opened for reading).
+
+    A file of zarr-python 2's SQLiteStore raises Zarr2FileError, unless `accept_zarr2` (a
+    read-only store that reads such files as they are)."""
     notes: list[str] = []
+    if not facts.has_store_tables and zarr2_problem(facts) is None:
+        if accept_zarr2 and not writable:
+            return notes
+        raise zarr2_error(path)
     if facts.code:
         raise errors.UnsafeSchemaError(
             f"{path!r} holds SQL that would run on its SQLiteStore tables: "

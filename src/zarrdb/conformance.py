@@ -109,7 +109,8 @@ def check_file(path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> Re
     zarrdb.errors.NotADatabaseError
         If it is not an SQLite database.
     zarrdb.errors.NotAZarrDBError
-        If it is another application's database.
+        If it is another application's database (`Zarr2FileError`: one of zarr-python 2's
+        SQLiteStore).
     zarrdb.errors.DatabaseLockedError
         If another process holds a lock longer than `busy_timeout`.
     """
@@ -141,6 +142,8 @@ def check_file(path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> Re
                 report.problem("format", f"format: {note.replace('; reading it anyway', '')}")
         except errors.UnsafeSchemaError:
             report.readable = False
+        except errors.Zarr2FileError:
+            raise  # names the commands that convert it
         except errors.NotAZarrDBError:
             raise errors.NotAZarrDBError(
                 f"{path}: is not a .zarrdb file (an SQLite database without the SQLiteStore tables)"

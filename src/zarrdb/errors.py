@@ -26,15 +26,18 @@ __all__ = [
     "OperationInterruptedError",
     "FormatError",
     "NotAZarrDBError",
+    "Zarr2FileError",
     "UnsupportedVersionError",
     "IncompatibleFlagError",
     "UnsafeSchemaError",
+    "MetadataConversionError",
     "InvalidKeyError",
     "ClosedError",
     "ConcurrentUseError",
     "ForkedProcessError",
     "RemoteReadError",
     "RemoteFileChangedError",
+    "RemoteWriteError",
     "UnclosedFileError",
     "sqlite_error",
 ]
@@ -137,6 +140,12 @@ class RemoteFileChangedError(RemoteReadError):
     new version."""
 
 
+class RemoteWriteError(DiskIOError):
+    """A file could not be uploaded to object storage (`zarrdb.remote.upload`): the network,
+    the service, permissions. The original exception is the ``__cause__``. An upload that fails
+    publishes nothing."""
+
+
 class OperationInterruptedError(SQLiteError):
     """The operation was interrupted (SQLITE_INTERRUPT)."""
 
@@ -148,6 +157,13 @@ class FormatError(ZarrDBError):
 
 class NotAZarrDBError(FormatError):
     """The SQLite database lacks the SQLiteStore tables (another application's database)."""
+
+
+class Zarr2FileError(NotAZarrDBError):
+    """The file was written by zarr-python 2's `SQLiteStore` (one table `zarr`, no SQLiteStore
+    metadata, no application id): not a SQLiteStore 1.0 file. `zarrdb upgrade FILE` converts it
+    in place; `zarrdb copy FILE NEW.zarrdb` copies it into a new file;
+    `zarrdb.zarr2.Zarr2SQLiteStore` reads it as it is."""
 
 
 class UnsupportedVersionError(FormatError):
@@ -162,6 +178,12 @@ class UnsafeSchemaError(FormatError):
     """The file's schema holds SQL that would run when its SQLiteStore tables are read or
     written: a trigger, a generated column, a view or virtual table in their place, an
     expression or partial index. zarrdb refuses such a file rather than run its author's code."""
+
+
+class MetadataConversionError(ZarrDBError, ValueError):
+    """zarr's converter (`zarr.metadata.migrate_v3`) cannot turn a hierarchy's zarr v2
+    metadata into zarr v3 (a codec without a v3 form, a node it cannot reach, ...); the message
+    gives its reason. Nothing was changed."""
 
 
 class UnclosedFileError(FormatError):

@@ -10,7 +10,8 @@ is pinned when the store opens; if the object is replaced meanwhile, the next re
 with RemoteFileChangedError instead of mixing two versions.
 
 Everything here is public API for the command line as well: `is_url`, `parse_options`,
-`open_remote` (the checked, opened file) and `download` (a byte-for-byte copy).
+`open_remote` (the checked, opened file), `download` (a byte-for-byte copy) and `upload` (a
+closed file published byte for byte, from zarrdb._upload).
 """
 
 from __future__ import annotations
@@ -37,16 +38,19 @@ from zarrdb._core import RemoteDatabase, RemoteFile
 __all__ = [
     "DEFAULT_TIMEOUTS",
     "SCHEMES",
+    "UPLOAD_SCHEMES",
     "BlockCache",
     "RemoteLocation",
     "ReadPool",
     "RemoteObject",
+    "UploadResult",
     "download",
     "interrupt_requests",
     "is_url",
     "open_remote",
     "parse_options",
     "release_caches",
+    "upload",
 ]
 
 KIB = 1024
@@ -842,3 +846,7 @@ def download(
             os.remove(target)
         raise
     return written
+
+
+# Publishing a closed file (its own module: writing, where everything above reads).
+from zarrdb._upload import UPLOAD_SCHEMES, UploadResult, upload  # noqa: E402

@@ -138,6 +138,9 @@ class SQLiteStore(FileOperations, Reads, Store):
     supports_deletes: bool = True
     supports_listing: bool = True
     supports_consolidated_metadata: bool = True
+    # Whether a file of zarr-python 2's SQLiteStore is read as it is (zarrdb.zarr2's store)
+    # rather than refused with Zarr2FileError.
+    _accept_zarr2: bool = False
 
     def __init__(
         self,
@@ -266,7 +269,13 @@ class SQLiteStore(FileOperations, Reads, Store):
             if self._remote is not None:
                 assert self._block_cache is not None  # made with self._remote
                 remote = (self._remote, self._block_cache, self._expect_etag)
-            conns = Connections(self.path, self.read_only, self._options, remote)
+            conns = Connections(
+                self.path,
+                self.read_only,
+                self._options,
+                remote,
+                accept_zarr2=self._accept_zarr2,
+            )
             conns.open()
             self._conns = conns
             self._is_open = True

@@ -9,6 +9,8 @@
     zarrdb mv FILE SRC_PATH DST_PATH rename an array or group atomically
     zarrdb snapshot FILE DEST        a consistent copy while other processes keep writing
     zarrdb vacuum FILE               give free pages back to the file system
+    zarrdb upgrade FILE [--to-v3]    a file of zarr-python 2's SQLiteStore made a SQLiteStore
+                                     1.0 file, in place (--to-v3: its metadata zarr v3 too)
     zarrdb bench                     zarrdb against the other zarr stores
 
 info, tree, check, copy and snapshot also read a .zarrdb file at a URL (s3://, gs://, az://,
@@ -20,7 +22,7 @@ stderr, nothing written), 3 an unexpected internal error (a bug: please report i
 The package: `framework` (the command table, the parser, how a run ends), `common` (argument
 types and output), `stores` (opening every kind of store), `hierarchy` (nodes from metadata
 documents), then one module per command family: `inspect` (info, tree), `check`, `copy`,
-`maintenance` (mv, snapshot, vacuum) and `bench` (the benchmark). The command line goes through
+`maintenance` (mv, snapshot, vacuum), `upgrade` and `bench` (the benchmark). The command line goes through
 the public API of zarrdb and zarr only.
 """
 

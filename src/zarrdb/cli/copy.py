@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zarrdb import conformance, remote
-from zarrdb.cli import common, hierarchy, stores
+from zarrdb.cli import common, hierarchy, publish, stores
 from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput, say
 
 DEFAULT_BATCH_BYTES = 64 * 1024 * 1024
@@ -85,12 +85,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "else is a directory. A new .zarrdb, .zip or directory is written under a temporary name\n"
         "and renamed into place when complete, so an interrupted copy leaves nothing behind.\n"
         + stores.URL_HELP
-        + "\nA whole .zarrdb at a URL copied to a new .zarrdb file is downloaded byte for byte.",
+        + "\nA whole .zarrdb at a URL copied to a new .zarrdb file is downloaded byte for byte;\n"
+        "a closed local .zarrdb copied to such a URL (s3://, gs://, az://) is uploaded byte for\n"
+        "byte (a multipart upload; its size and ETag checked after). A file of zarr-python 2's\n"
+        "SQLiteStore is read as it is: copied to a new .zarrdb, it becomes a SQLiteStore 1.0 file.",
         "zarrdb copy data.zarr data.zarrdb            # directory store -> one file",
         "zarrdb copy data.zarrdb data.zip --verify",
         "zarrdb copy data.zarrdb small.zarrdb --path /climate/temperature --dest-path /",
         "zarrdb copy s3://bucket/data.zarr data.zarrdb   # needs fsspec and s3fs",
         "zarrdb copy s3://bucket/data.zarrdb data.zarr --storage-option region=eu-west-1",
+        "zarrdb copy data.zarrdb s3://bucket/data.zarrdb --verify   # an upload",
+        "zarrdb copy old.sqlite new.zarrdb   # a file of zarr-python 2's SQLiteStore",
     )
     common.add_opening_options(parser)
 
@@ -149,7 +154,11 @@ async def run(args: argparse.Namespace) -> int:
     options = common.storage_options(args, args.source, args.dest)
     source = stores.classify(args.source, "source", options)
     dest = stores.classify(args.dest, "destination", options)
-    src = await stores.open_store(source, read_only=True, busy_timeout=args.busy_timeout)
+    if dest.remote:  # a .zarrdb at a URL: the whole local file, uploaded
+        return await publish.run_upload(source, dest, args, show)
+    src = await stores.open_store(
+        source, read_only=True, busy_timeout=args.busy_timeout, zarr2=True
+    )
     with stores.closing(src):
         plan = await make_plan(src, source, dest, args)
         with Progress(show) as progress:

@@ -106,6 +106,11 @@ COMMANDS: tuple[Command, ...] = (
         "add_vacuum_arguments",
         "run_vacuum",
     ),
+    Command(
+        "upgrade",
+        "make a file of zarr-python 2's SQLiteStore a SQLiteStore 1.0 file, in place",
+        "zarrdb.cli.upgrade",
+    ),
     # The benchmark declares its own --json (a file to write), so it does not take the shared
     # options.
     Command(

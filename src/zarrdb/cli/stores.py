@@ -124,6 +124,8 @@ def ensure_open(store: SQLiteStore, path: str, *, checking: bool = False) -> Non
     listed as problems."""
     try:
         store.ensure_open()
+    except errors.Zarr2FileError:
+        raise BadInput(zarr2_file(path)) from None
     except errors.NotAZarrDBError:
         raise BadInput(
             f"{path}: is not a .zarrdb file (an SQLite database without the SQLiteStore tables)"
@@ -161,6 +163,16 @@ def ensure_open(store: SQLiteStore, path: str, *, checking: bool = False) -> Non
         ) from None
 
 
+def zarr2_file(path: str) -> str:
+    """What a command that needs a SQLiteStore file says of a file of zarr-python 2's."""
+    return (
+        f"{path}: was written by zarr-python 2's SQLiteStore and is not a SQLiteStore 1.0 "
+        f"file: convert it in place with 'zarrdb upgrade {path}' (--to-v3 also converts its "
+        f"zarr v2 metadata to v3), or copy it into a new file with 'zarrdb copy {path} "
+        "NEW.zarrdb'"
+    )
+
+
 def hot_journal(path: str, exc: BaseException) -> str:
     """What a read-only command says of a file left with a hot journal that the store would not
     roll back (one of another user's, or one it may not write): the store's own reason."""
@@ -182,7 +194,7 @@ def require_local(path: str, command: str) -> None:
     """BadInput if `path` is a URL: .zarrdb files are written locally (`command` would)."""
     if "://" not in path:
         return
-    if command in ("mv", "vacuum"):
+    if command in ("mv", "vacuum", "upgrade"):
         what = (
             f"'zarrdb {command}' changes the file: download it (zarrdb copy {path} "
             "local.zarrdb), change the local copy, and upload that"
@@ -279,7 +291,8 @@ class Location:
 
     @property
     def remote(self) -> bool:
-        """A .zarrdb file at a URL, read in place (read-only)."""
+        """A .zarrdb file at a URL: read in place (read-only) as a source, uploaded whole as a
+        destination."""
         return self.kind == "zarrdb" and "://" in self.path
 
     @property
@@ -292,9 +305,8 @@ def classify(path: str, role: str, storage_options: Mapping[str, Any] | None = N
     if "://" in path:
         options = dict(storage_options or {})
         if names_zarrdb(path):
-            if role == "destination":
-                require_local(path, "copy")
-            return Location(path, "zarrdb", True, options)
+            # As a destination: an upload of a whole local .zarrdb (cli/publish.py).
+            return Location(path, "zarrdb", role == "source", options)
         return Location(path, "url", True, options)
     if os.path.isdir(path):
         return Location(path, "dir", True)
@@ -329,10 +341,11 @@ def classify(path: str, role: str, storage_options: Mapping[str, Any] | None = N
 
 async def open_store(
     where: Location, *, at: str | None = None, read_only: bool, busy_timeout: float,
-    zip_mode: str = "r",
+    zip_mode: str = "r", zarr2: bool = False,
 ) -> Store:  # fmt: skip
     """The zarr store for `where`, opened at the path `at` (default: where it is; a copy
-    writes to a temporary sibling)."""
+    writes to a temporary sibling). `zarr2`: a file of zarr-python 2's SQLiteStore is opened
+    read-only as it is (a copy's source), instead of refused."""
     from zarr.storage import LocalStore, ZipStore
 
     at = where.path if at is None else at
@@ -340,7 +353,13 @@ async def open_store(
         return open_remote_zarrdb(where.path, where.storage_options)
     if where.kind == "zarrdb":
         from zarrdb import SQLiteStore
+        from zarrdb.zarr2 import Zarr2SQLiteStore, is_zarr2_file
 
+        if zarr2 and read_only and is_zarr2_file(at):
+            old = Zarr2SQLiteStore(at, busy_timeout=busy_timeout, check_pages=True)
+            with _closed_on_error(old):
+                ensure_open(old, at)
+            return old
         if os.path.exists(at) and os.path.getsize(at) > 0:
             return open_zarrdb(at, busy_timeout=busy_timeout, writable=not read_only)
         store = SQLiteStore(at, read_only=read_only, busy_timeout=busy_timeout, check_pages=True)

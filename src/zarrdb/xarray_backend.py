@@ -1,0 +1,251 @@
+"""xarray opens `.zarrdb` files by name: the `zarrdb` backend (the `xarray.backends` entry point).
+
+    xr.open_dataset("data.zarrdb")
+    xr.open_dataset("s3://bucket/data.zarrdb", backend_kwargs={"storage_options": {...}})
+    xr.open_dataset("any-name.db", engine="zarrdb")
+    xr.open_datatree("data.zarrdb")
+
+The file is opened read-only with `SQLiteStore` and the rest is xarray's own zarr backend:
+`group=`, `consolidated=`, `chunks=` and the `decode_*` options mean what they mean there. The
+store is closed when the dataset (or tree) is closed, lazily loaded (dask) ones included.
+Writing stays `ds.to_zarr(SQLiteStore(path))`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from xarray.backends import BackendEntrypoint, ZarrBackendEntrypoint
+
+from zarrdb import _format
+from zarrdb import remote as _remote
+from zarrdb._connections import open_in_this_process
+from zarrdb.store import SQLiteStore
+
+__all__ = ["ZarrDBBackendEntrypoint"]
+
+SUFFIX = ".zarrdb"
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def names_zarrdb(name: str) -> bool:
+    """Whether a local path or a URL that zarrdb reads ends in `.zarrdb`."""
+    if _remote.is_url(name):
+        return urllib.parse.urlsplit(name).path.lower().endswith(SUFFIX)
+    return name.lower().endswith(SUFFIX)
+
+
+def is_sqlitestore_file(path: str) -> bool:
+    """Whether `path` is an existing file whose header is SQLite's with SQLiteStore's
+    application id."""
+    if not os.path.isfile(path):
+        return False
+    if open_in_this_process(path):
+        # A store of this process has it open, so it is one; and reading its header here
+        # would drop that store's locks (closing any descriptor of a file drops every POSIX
+        # lock the process holds on it).
+        return True
+    try:
+        with open(path, "rb") as f:
+            head = f.read(72)
+    except OSError:
+        return False
+    return (
+        len(head) == 72
+        and head[:16] == _SQLITE_MAGIC
+        and int.from_bytes(head[68:72], "big") == _format.APPLICATION_ID
+    )
+
+
+class ZarrDBBackendEntrypoint(BackendEntrypoint):
+    """Opens `.zarrdb` files (and their URLs) read-only through `SQLiteStore`, then reads them
+    with xarray's zarr backend.
+
+    Chosen without `engine=` for a path or URL ending in `.zarrdb`, and for an existing file
+    with SQLiteStore's application id; `engine="zarrdb"` opens any name. `storage_options`
+    and `block_cache` are `SQLiteStore`'s, for URLs. A `SQLiteStore` passed in is used as it
+    is, and left open when the dataset is closed.
+    """
+
+    description = "Open .zarrdb files (a Zarr hierarchy in one SQLite file) with zarrdb"
+    url = "https://zarrdb.github.io/zarrdb/guide/xarray/"
+    supports_groups = True
+    open_dataset_parameters = (
+        "filename_or_obj",
+        "mask_and_scale",
+        "decode_times",
+        "concat_characters",
+        "decode_coords",
+        "drop_variables",
+        "use_cftime",
+        "decode_timedelta",
+        "group",
+        "consolidated",
+        "zarr_format",
+        "use_zarr_fill_value_as_mask",
+        "storage_options",
+        "block_cache",
+    )
+
+    def guess_can_open(self, filename_or_obj: Any) -> bool:
+        if isinstance(filename_or_obj, SQLiteStore):
+            return True
+        if not isinstance(filename_or_obj, str | os.PathLike):
+            return False
+        name = os.fspath(filename_or_obj)
+        if not isinstance(name, str):
+            return False
+        if names_zarrdb(name):
+            return True
+        return "://" not in name and is_sqlitestore_file(name)
+
+    def open_dataset(  # type: ignore[override]
+        self,
+        filename_or_obj: Any,
+        *,
+        mask_and_scale: bool = True,
+        decode_times: Any = True,
+        concat_characters: bool = True,
+        decode_coords: Any = True,
+        drop_variables: str | Iterable[str] | None = None,
+        use_cftime: bool | None = None,
+        decode_timedelta: Any = None,
+        group: str | None = None,
+        consolidated: bool | None = None,
+        zarr_format: int | None = None,
+        use_zarr_fill_value_as_mask: bool | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        block_cache: Any = None,
+    ) -> Any:
+        store, owned = _store(filename_or_obj, storage_options, block_cache)
+        options = _zarr_options(
+            group=group,
+            consolidated=consolidated,
+            zarr_format=zarr_format,
+            use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
+        )
+        with _closed_on_error(store, owned):
+            ds = ZarrBackendEntrypoint().open_dataset(
+                store,
+                mode="r",
+                mask_and_scale=mask_and_scale,
+                decode_times=decode_times,
+                concat_characters=concat_characters,
+                decode_coords=decode_coords,
+                drop_variables=drop_variables,
+                use_cftime=use_cftime,
+                decode_timedelta=decode_timedelta,
+                **options,
+            )
+        if owned:
+            _close_store_with(ds, store)
+        return ds
+
+    def open_datatree(  # type: ignore[override]
+        self,
+        filename_or_obj: Any,
+        *,
+        group: str | None = None,
+        consolidated: bool | None = None,
+        zarr_format: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        block_cache: Any = None,
+        **decoding: Any,
+    ) -> Any:
+        store, owned = _store(filename_or_obj, storage_options, block_cache)
+        options = _zarr_options(group=group, consolidated=consolidated, zarr_format=zarr_format)
+        with _closed_on_error(store, owned):
+            tree = ZarrBackendEntrypoint().open_datatree(store, mode="r", **options, **decoding)
+        if owned:
+            # Closing a tree closes every node; the root's closer closes the store too.
+            _close_store_with(tree, store)
+        return tree
+
+    def open_groups_as_dict(  # type: ignore[override]
+        self,
+        filename_or_obj: Any,
+        *,
+        group: str | None = None,
+        consolidated: bool | None = None,
+        zarr_format: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        block_cache: Any = None,
+        **decoding: Any,
+    ) -> dict[str, Any]:
+        store, owned = _store(filename_or_obj, storage_options, block_cache)
+        options = _zarr_options(group=group, consolidated=consolidated, zarr_format=zarr_format)
+        with _closed_on_error(store, owned):
+            groups = ZarrBackendEntrypoint().open_groups_as_dict(
+                store, mode="r", **options, **decoding
+            )
+        if owned and groups:
+            # The first is the group asked for (the root of the others).
+            _close_store_with(next(iter(groups.values())), store)
+        return groups
+
+
+def _store(
+    filename_or_obj: Any, storage_options: Mapping[str, Any] | None, block_cache: Any
+) -> tuple[SQLiteStore, bool]:
+    """The read-only store to read, and whether it was opened here (and is closed here)."""
+    if isinstance(filename_or_obj, SQLiteStore):
+        if storage_options is not None or block_cache is not None:
+            raise ValueError(
+                "storage_options and block_cache are for a path or URL; a SQLiteStore passed "
+                "in has its own"
+            )
+        return filename_or_obj, False
+    if not isinstance(filename_or_obj, str | os.PathLike):
+        raise TypeError(
+            "the zarrdb engine opens a path, a URL or a SQLiteStore, not "
+            f"{type(filename_or_obj).__name__}"
+        )
+    remote_options = {}
+    if storage_options is not None:
+        remote_options["storage_options"] = storage_options
+    if block_cache is not None:
+        remote_options["block_cache"] = block_cache
+    store = SQLiteStore(filename_or_obj, read_only=True, **remote_options)
+    try:
+        store.ensure_open()  # a missing, foreign or damaged file raises here, by its name
+    except BaseException:
+        store.close()
+        raise
+    return store, True
+
+
+def _zarr_options(**options: Any) -> dict[str, Any]:
+    """The options given, for xarray's zarr backend (left out when not given, so that its
+    defaults apply)."""
+    return {name: value for name, value in options.items() if value is not None}
+
+
+@contextlib.contextmanager
+def _closed_on_error(store: SQLiteStore, owned: bool) -> Iterator[None]:
+    """Close an owned store if xarray fails to read it."""
+    try:
+        yield
+    except BaseException:
+        if owned:
+            store.close()
+        raise
+
+
+def _close_store_with(obj: Any, store: SQLiteStore) -> None:
+    """Make closing `obj` (a Dataset or a DataTree node) close `store` after what closing it
+    did before. xarray keeps that closer in `_close`, and reads it there itself to hand it on
+    (to the dask-backed dataset `chunks=` makes, to the nodes of a tree)."""
+    before: Callable[[], None] | None = getattr(obj, "_close", None)
+
+    def close() -> None:
+        try:
+            if before is not None:
+                before()
+        finally:
+            store.close()
+
+    obj.set_close(close)
