@@ -103,7 +103,7 @@ class ZarrDBBackendEntrypoint(BackendEntrypoint):
             return True
         return "://" not in name and is_sqlitestore_file(name)
 
-    def open_dataset(  # type: ignore[override]
+    def open_dataset(
         self,
         filename_or_obj: Any,
         *,
@@ -130,7 +130,7 @@ class ZarrDBBackendEntrypoint(BackendEntrypoint):
         )
         with _closed_on_error(store, owned):
             ds = ZarrBackendEntrypoint().open_dataset(
-                store,
+                _as_source(store),
                 mode="r",
                 mask_and_scale=mask_and_scale,
                 decode_times=decode_times,
@@ -145,7 +145,7 @@ class ZarrDBBackendEntrypoint(BackendEntrypoint):
             _close_store_with(ds, store)
         return ds
 
-    def open_datatree(  # type: ignore[override]
+    def open_datatree(
         self,
         filename_or_obj: Any,
         *,
@@ -159,13 +159,13 @@ class ZarrDBBackendEntrypoint(BackendEntrypoint):
         store, owned = _store(filename_or_obj, storage_options, block_cache)
         options = _zarr_options(group=group, consolidated=consolidated, zarr_format=zarr_format)
         with _closed_on_error(store, owned):
-            tree = ZarrBackendEntrypoint().open_datatree(store, mode="r", **options, **decoding)
+            tree = ZarrBackendEntrypoint().open_datatree(_as_source(store), mode="r", **options, **decoding)
         if owned:
             # Closing a tree closes every node; the root's closer closes the store too.
             _close_store_with(tree, store)
         return tree
 
-    def open_groups_as_dict(  # type: ignore[override]
+    def open_groups_as_dict(
         self,
         filename_or_obj: Any,
         *,
@@ -180,12 +180,18 @@ class ZarrDBBackendEntrypoint(BackendEntrypoint):
         options = _zarr_options(group=group, consolidated=consolidated, zarr_format=zarr_format)
         with _closed_on_error(store, owned):
             groups = ZarrBackendEntrypoint().open_groups_as_dict(
-                store, mode="r", **options, **decoding
+                _as_source(store), mode="r", **options, **decoding
             )
         if owned and groups:
             # The first is the group asked for (the root of the others).
             _close_store_with(next(iter(groups.values())), store)
         return groups
+
+
+def _as_source(store: SQLiteStore) -> Any:
+    """The store as xarray's zarr backend takes it: any zarr Store works there, though its
+    signature names paths and xarray's own data stores only."""
+    return store
 
 
 def _store(
@@ -204,7 +210,7 @@ def _store(
             "the zarrdb engine opens a path, a URL or a SQLiteStore, not "
             f"{type(filename_or_obj).__name__}"
         )
-    remote_options = {}
+    remote_options: dict[str, Any] = {}
     if storage_options is not None:
         remote_options["storage_options"] = storage_options
     if block_cache is not None:

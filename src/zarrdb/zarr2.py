@@ -184,7 +184,8 @@ def upgrade(
         if db.journal_mode() == "wal":
             # One file before and after; VACUUM can change the page size only out of WAL mode.
             db.journal_mode("delete")
-        with db.transaction():
+        # Maintenance on a connection no writer runs: the upgrade's SQL as one unit.
+        with db._atomic():
             facts = _format.read_facts(db)  # as of the transaction: another writer may have won
             result.upgraded = _check_kind(target, facts)
             keys = _checked_keys(db, target)
@@ -193,8 +194,10 @@ def upgrade(
             if result.upgraded:
                 _move_rows(db)
             if plan is not None:
-                db.delete_many(plan.delete)
-                db.set_many(plan.documents.items())
+                for key in plan.delete:
+                    db.execute("DELETE FROM zarr WHERE k = ?", (key,))
+                for key, document in plan.documents.items():
+                    db.execute("INSERT OR REPLACE INTO zarr (k, v) VALUES (?, ?)", (key, document))
                 result.converted, result.consolidated = plan.converted, plan.consolidated
             if not result.upgraded and (plan is None or plan.changes):
                 db.execute(_format.TOUCH_MODIFIED_AT)
