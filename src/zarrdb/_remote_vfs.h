@@ -251,6 +251,13 @@ static int zr_fetch_run(zr_source *s, sqlite3_int64 first, int count) {
     return rc;
 }
 
+/* The run after one of `run` blocks: twice as long, and at least twice min_run (a stream is
+ * known once it continues: its requests start at a size worth a round trip), up to max_run. */
+static int zr_next_run(zr_source *s, int run) {
+    int next = run * 2 > 2 * s->min_run ? run * 2 : 2 * s->min_run;
+    return next < s->max_run ? next : s->max_run;
+}
+
 /* The stream a miss at `index` continues, with the length of its next run and whether it goes
  * backwards: a miss at most min(run, max(min_run, ZR_NEAR)) blocks past either end of a stream
  * continues it,
@@ -272,7 +279,7 @@ static zr_stream *zr_stream_for(zr_source *s, sqlite3_int64 index, int *backward
             int ahead = index >= st->hi && index < st->hi + near;
             int behind = index < st->lo && index >= st->lo - near;
             if (ahead || behind || (index >= st->lo && index < st->hi)) {
-                if (ahead || behind) st->run = st->run * 2 < s->max_run ? st->run * 2 : s->max_run;
+                if (ahead || behind) st->run = zr_next_run(s, st->run);
                 if (ahead && s->background) st->trigger = index; /* sequential: read ahead */
                 st->used = s->clock;
                 *backward = behind;
@@ -320,7 +327,7 @@ static void zr_read_ahead(zr_source *s, sqlite3_int64 index, sqlite3_int64 *firs
         if (n == 0) return;
         st->hi = start + n;
         st->trigger = start;
-        st->run = st->run * 2 < s->max_run ? st->run * 2 : s->max_run;
+        st->run = zr_next_run(s, st->run);
         s->stats.misses += n;
         *first = start;
         *count = n;

@@ -159,7 +159,9 @@ class ZarrDBBackendEntrypoint(BackendEntrypoint):
         store, owned = _store(filename_or_obj, storage_options, block_cache)
         options = _zarr_options(group=group, consolidated=consolidated, zarr_format=zarr_format)
         with _closed_on_error(store, owned):
-            tree = ZarrBackendEntrypoint().open_datatree(_as_source(store), mode="r", **options, **decoding)
+            tree = ZarrBackendEntrypoint().open_datatree(
+                _as_source(store), mode="r", **options, **decoding
+            )
         if owned:
             # Closing a tree closes every node; the root's closer closes the store too.
             _close_store_with(tree, store)

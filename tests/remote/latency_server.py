@@ -33,6 +33,7 @@ from typing import Any
 from .servers import _parse_range
 
 SEND_PIECE = 64 * 1024  # bytes written at a time when a bandwidth limit is set
+BURST = 1024 * 1024  # bytes a sender late by as much may send at once
 CONTROL = "/_control/"  # requests to this path drive a server in another process; not counted
 
 
@@ -59,7 +60,9 @@ class _Bandwidth:
             return
         with self.lock:
             now = time.monotonic()
-            start = max(now, self.next_free)
+            # A sleep that overran is made up for by a burst of up to BURST bytes: the rate
+            # holds on average, as a link's does, however late the sender wakes.
+            start = max(now - BURST / self.rate, self.next_free)
             self.next_free = start + n / self.rate
             wait = self.next_free - now
         if wait > 0:
