@@ -11,7 +11,8 @@
 #      with the bundled SQLite, and runs the test suite from a copy of tests/ against it
 #      (ZARRDB_TEST_INSTALLED=1, as scripts/build_wheels.sh and cibuildwheel do).
 #
-#   scripts/py314.sh [PYTEST ARGS]      e.g. scripts/py314.sh -x -q tests/cli
+#   scripts/py314.sh [PYTEST ARGS]      e.g. scripts/py314.sh -x -q tests/cli (only tests/cli:
+#                                       the whole of tests/ unless the arguments name a part)
 #
 # Needs root (debootstrap, chroot and mounts; the mounts live in a mount namespace of their own,
 # so nothing stays mounted when the script ends) and the network to Debian's package archive
@@ -20,6 +21,10 @@
 # ZARRDB_PY314_ROOT   where the root is (default ~/.cache/zarrdb/py314-root); it is made once
 #                     and reused; delete it (or ZARRDB_PY314_FRESH=1) to make it again
 # ZARRDB_DEBIAN_MIRROR  the Debian archive debootstrap uses (default: debootstrap's own)
+# ZARRDB_PY314_REUSE_VENV=1  keep the test virtual environment of the previous run and only
+#                     reinstall the new wheel into it (no dependencies fetched): saves about
+#                     90 s when re-running one test file after a change, e.g.
+#                     ZARRDB_PY314_REUSE_VENV=1 scripts/py314.sh -q tests/reliability/test_x.py
 #
 # Not part of .ci/run (making the root and the 3.14 suite cost too much of CI's time): run it
 # before every release-tagging commit (docs/development.md says how long each part takes).
@@ -109,7 +114,13 @@ echo "    interpreter: /usr/bin/python3.14 in the root, CPython $PY_VERSION (Deb
 # --------------------------------------------------------------------------------------------
 # Everything of one run lives in /build inside the root, made anew each time.
 BUILD=$ROOT/build
-rm -rf "$BUILD"
+REUSE_VENV=
+if [ "${ZARRDB_PY314_REUSE_VENV:-}" = 1 ] && [ -x "$BUILD/venv/bin/python" ]; then
+    REUSE_VENV=1
+    find "$BUILD" -mindepth 1 -maxdepth 1 ! -name venv -exec rm -rf {} +
+else
+    rm -rf "$BUILD"
+fi
 mkdir -p "$BUILD/tree" "$BUILD/run"
 
 step "sdist: python3.14 -m build --sdist, in the root, from a copy of the checkout"
@@ -143,12 +154,18 @@ case $WHEEL in
 esac
 took "$t0"
 
-step "install $WHEEL with the test extra into a fresh virtual environment in the root"
 t0=$SECONDS
-in_root "$ROOT" python3.14 -m venv /build/venv || fail "the test virtual environment"
-in_root "$ROOT" /build/venv/bin/python -m pip install --quiet --upgrade pip || fail "pip upgrade"
-in_root "$ROOT" /build/venv/bin/python -m pip install --quiet "/build/wheel/$WHEEL[test]" \
-    || fail "pip install $WHEEL[test]"
+if [ -n "$REUSE_VENV" ]; then
+    step "install $WHEEL into the previous run's virtual environment (ZARRDB_PY314_REUSE_VENV=1)"
+    in_root "$ROOT" /build/venv/bin/python -m pip install --quiet --no-deps --force-reinstall \
+        "/build/wheel/$WHEEL" || fail "pip install $WHEEL"
+else
+    step "install $WHEEL with the test extra into a fresh virtual environment in the root"
+    in_root "$ROOT" python3.14 -m venv /build/venv || fail "the test virtual environment"
+    in_root "$ROOT" /build/venv/bin/python -m pip install --quiet --upgrade pip || fail "pip upgrade"
+    in_root "$ROOT" /build/venv/bin/python -m pip install --quiet "/build/wheel/$WHEEL[test]" \
+        || fail "pip install $WHEEL[test]"
+fi
 in_root "$ROOT" /build/venv/bin/python -c '
 import importlib.metadata as m
 print("    " + ", ".join(f"{n} {m.version(n)}" for n in ("numpy", "zarr", "pytest")))'
@@ -177,8 +194,13 @@ took "$t0"
 
 step "test suite on CPython $PY_VERSION against the installed wheel (copy of tests/ in /build/run)"
 t0=$SECONDS
-in_root "$ROOT" sh -c 'cd /build/run && export ZARRDB_TEST_INSTALLED=1 && exec /build/venv/bin/python -m pytest tests -p no:cacheprovider "$@"' \
-    sh "$@" || fail "the test suite on CPython $PY_VERSION"
+# The whole of tests/ unless the arguments name a part of it.
+TARGET=tests
+for arg in "$@"; do
+    case $arg in tests | tests/*) TARGET= ;; esac
+done
+in_root "$ROOT" sh -c 'cd /build/run && export ZARRDB_TEST_INSTALLED=1 && exec /build/venv/bin/python -m pytest -p no:cacheprovider "$@"' \
+    sh ${TARGET:+"$TARGET"} "$@" || fail "the test suite on CPython $PY_VERSION"
 took "$t0"
 
 step "done in $((SECONDS - started)) s: CPython $PY_VERSION in $ROOT"

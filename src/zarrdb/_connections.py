@@ -22,12 +22,15 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 
 from zarrdb import _format, errors
 from zarrdb import remote as _remote
 from zarrdb._core import Database, _library_info
 from zarrdb._writing import Writing
+
+T = TypeVar("T")
 
 # New files get 64 KiB pages: a large value (a shard) is a chain of 16 times fewer overflow
 # pages, so a byte range deep inside it is reached quickly and partial reads stay flat as shards
@@ -288,21 +291,20 @@ class Connections:
         """An explicit transaction is open on this store: reads go to its connection."""
         return self.writing is not None and self.writing.in_transaction()
 
-    def read_connection(self) -> contextlib.AbstractContextManager[Database]:
-        """The connection a read uses, for a `with` block: while an explicit transaction is
-        open, the write connection once the writes queued before the read are written (the
-        store object is the session: its reads see the transaction's writes), else this
-        thread's reader."""
+    def read_with(self, fn: Callable[[Database], T]) -> T:
+        """`fn(db)` on the connection a read uses: while an explicit transaction is open, the
+        write connection once the writes queued before the read are written (the store object
+        is the session: its reads see the transaction's writes), else this thread's reader."""
         if self.writing is not None and self.writing.in_transaction():
-            return self.writing.hold()
-        return contextlib.nullcontext(self.reader())
+            return self.writing.call_holding(fn)
+        return fn(self.reader())
 
-    def write_connection(self) -> contextlib.AbstractContextManager[Database]:
-        """The write connection for a `with` block, once everything queued is written (for
+    def write_with(self, fn: Callable[[Database], T]) -> T:
+        """`fn(db)` on the write connection, once everything queued is written (for
         maintenance; inside an open explicit transaction, the work is part of it)."""
         writing = self.writing
         assert writing is not None
-        return writing.hold()
+        return writing.call_holding(fn)
 
     # --- closing -------------------------------------------------------------------------------
 
@@ -540,7 +542,8 @@ def _initialise(db: Database, opts: dict[str, Any], path: str) -> None:
     db.pragma("auto_vacuum", AUTO_VACUUM)  # before the first table: only an empty file takes it
     # SQLite sized the cache in pages of the old size: size it again in KiB.
     db.pragma("cache_size", -int(opts["cache_size"]))
-    with db._atomic():  # schema work on a connection no writer runs yet
+
+    def schema(db: Database) -> None:
         facts = _format.read_facts(db)  # another process may have won the race
         if not facts.is_empty:
             _format.warn(_format.validate(facts, path=path, writable=True))
@@ -556,6 +559,8 @@ def write_schema(db: Database, created_by: str, *, data_table: bool = True) -> N
     db.executescript(schema)
     for key, value in _format.initial_metadata(created_by):
         db.execute(f"INSERT INTO {_format.METADATA_TABLE}(k, v) VALUES (?, ?)", (key, value))
+
+    db._atomic_call(schema)  # schema work on a connection no writer runs yet
 
 
 def _create(path: str, opts: dict[str, Any]) -> None:

@@ -4,15 +4,19 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeVar, overload
 
 from typing_extensions import Buffer, Self, disjoint_base
+
+_T = TypeVar("_T")
 
 BUNDLED_SQLITE: bool
 REMOTE_VFS: str  # "zarrdb-remote", the read-only VFS of RemoteFile
 MAX_VALUE_SIZE: int  # 2_147_483_645, the spec's limit for one value
 
 def _library_info() -> tuple[str, str, tuple[str, ...]]: ...
+def _exit_transaction(self: Any, exc_type: Any, exc: Any, tb: Any) -> None:
+    """Transaction.__exit__, compiled: ends the innermost level of `self.levels`."""
 
 @disjoint_base
 class _Atomic:
@@ -118,7 +122,7 @@ class Database:
     def rename_prefix(self, old: str, new: str) -> int:
         """Move every key starting with `old` to start with `new`, atomically; returns the
         count. ConstraintError (nothing moved) if a new key exists. Maintenance, run on the
-        connection Writer.holding() hands over."""
+        connection Writer.call_holding() hands over."""
 
     def size_prefix(self, prefix: str) -> int: ...
     def count_prefix(self, prefix: str) -> int: ...
@@ -127,7 +131,11 @@ class Database:
     def _atomic(self) -> _Atomic:
         """The block's statements as one unit (BEGIN IMMEDIATE .. COMMIT, or a savepoint inside
         the open transaction), for creating a file and for maintenance on a connection no
-        writer runs or that Writer.holding() handed over."""
+        writer runs or that Writer.call_holding() handed over."""
+
+    def _atomic_call(self, fn: Callable[[Database], _T]) -> _T:
+        """`fn(self)` as one unit (as _atomic), begun and committed (or rolled back if `fn`
+        raises) inside one compiled call: the form for Python code (see Writer.call_holding)."""
 
     # maintenance and plain SQL -----------------------------------------------------------
     def checkpoint(
@@ -250,9 +258,16 @@ class Writer:
     def wait_for_room(self, nbytes: int) -> None:
         """Block (GIL released) until a submission of `nbytes` would be queued at once."""
 
+    def call_holding(self, fn: Callable[[Database], _T], drain: bool = True) -> _T:
+        """`fn(db)` on the write connection, taken from the thread once everything queued so
+        far is written (with `drain`) and given back when `fn` returns or raises; a signal's
+        exception can come only while `fn` runs or after the connection is given back."""
+
     def holding(self, drain: bool = True) -> AbstractContextManager[Database, bool]:
         """The write connection for a `with` block, taken from the thread once everything
-        queued so far is written (with `drain`), given back at the end."""
+        queued so far is written (with `drain`), given back at the end (or when the holder is
+        dropped, if a signal's exception skipped `__exit__`). For tests; zarrdb uses
+        call_holding."""
 
     @property
     def in_transaction(self) -> bool: ...
@@ -264,9 +279,10 @@ class Writer:
         """Open a level of explicit transaction (a savepoint inside `inside` if it is still
         open); appends its token to `levels` the moment it is open, and returns it."""
 
-    def end(self, token: int, ok: bool) -> None:
+    def end(self, token: int, ok: bool, levels: list[int] | None = None) -> None:
         """End the innermost level of transaction `token`: commit (or release its savepoint)
-        if `ok` and none of its writes failed, else roll back."""
+        if `ok` and none of its writes failed, else roll back. Empties `levels` (the list
+        begin() put the token in) the moment the level is over."""
 
     @property
     def checkpoint_failures(self) -> tuple[int, int, int, int]:

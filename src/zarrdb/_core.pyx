@@ -1526,7 +1526,7 @@ cdef class Database:
         """Move every key that starts with `old` to start with `new` instead, in one
         transaction (or inside the open one); returns how many keys moved. ConstraintError
         (nothing moved) if a new key exists already. Maintenance: the store runs it on the
-        write connection its writer hands over (Writer.holding)."""
+        write connection its writer hands over (Writer.call_holding)."""
         cdef Range r
         cdef list keep = []
         if not old:
@@ -1555,8 +1555,26 @@ cdef class Database:
         """A context manager making the block's statements one unit: BEGIN IMMEDIATE .. COMMIT,
         or a savepoint inside the open transaction; rolled back if the block raises. Keys are
         written by the writer thread (Writer); this is for the SQL of creating a file and of
-        maintenance on a connection no writer runs or that Writer.holding() handed over."""
+        maintenance on a connection no writer runs or that Writer.call_holding() handed over."""
         return _Atomic(self)
+
+    def _atomic_call(self, fn):
+        """`fn(self)` as one unit (as _atomic), returning what it returns: begun, then
+        committed, or rolled back if `fn` raises, inside this one compiled call. Python code
+        uses this, not `with _atomic()`: on CPython 3.14 a signal's exception can be raised as
+        the compiled __enter__ returns, before the block is protected, which would leave the
+        transaction open on the connection (see Writer.call_holding)."""
+        cdef _Atomic unit = _Atomic(self)
+        cdef bint ok = False
+        unit.__enter__()
+        try:
+            result = fn(self)
+            ok = True
+        finally:
+            # A failed block: any exception type tells __exit__ to roll back; the block's own
+            # exception propagates after it.
+            unit.__exit__(None if ok else BaseException, None, None)
+        return result
 
     # --- maintenance and plain SQL ----------------------------------------------------------
 

@@ -34,8 +34,7 @@ class FileOperations:
     def _maintain(self, fn: Callable[[Database], T]) -> T:
         """Run `fn(db)` on the write connection, once everything queued is written (inside
         an open explicit transaction, as part of it: the store object is the session)."""
-        with self._connections_for_write().write_connection() as db:
-            return fn(db)
+        return self._connections_for_write().write_with(fn)
 
     def move(self, source: str, dest: str) -> int:
         """Deprecated name of `rename`.
@@ -84,19 +83,18 @@ class FileOperations:
             raise errors.InvalidKeyError(f"cannot move {source!r} into itself or its parent {dest!r}")
         _format.check_key(dst[:-1])
 
-        def run(db: Database) -> int:
-            # The writer has handed its connection over: the checks and the move are one unit
-            # (inside an open explicit transaction, a savepoint of it).
-            with db._atomic():
-                if not db.has_prefix(src):
-                    raise FileNotFoundError(f"nothing stored at {source!r} in {self.path!r}")
-                if db.has_prefix(dst):
-                    raise FileExistsError(f"{dest!r} exists already in {self.path!r}")
-                moved = db.rename_prefix(src, dst)
-                db.execute(_format.TOUCH_MODIFIED_AT)
+        def move(db: Database) -> int:
+            if not db.has_prefix(src):
+                raise FileNotFoundError(f"nothing stored at {source!r} in {self.path!r}")
+            if db.has_prefix(dst):
+                raise FileExistsError(f"{dest!r} exists already in {self.path!r}")
+            moved = db.rename_prefix(src, dst)
+            db.execute(_format.TOUCH_MODIFIED_AT)
             return moved
 
-        return self._maintain(run)
+        # The writer hands its connection over: the checks and the move are one unit (inside
+        # an open explicit transaction, a savepoint of it).
+        return self._maintain(lambda db: db._atomic_call(move))
 
     def backup(self, dest: str | os.PathLike[str]) -> None:
         """Copy the file as of one moment to `dest`, while others may keep writing.
@@ -112,8 +110,7 @@ class FileOperations:
         target = os.fspath(dest)
         if os.path.exists(target):
             raise FileExistsError(f"{target!r} exists already")
-        with self._connections().read_connection() as db:
-            db.backup_to(target)
+        self._connections().read_with(lambda db: db.backup_to(target))
 
     def vacuum(self) -> None:
         """Rebuild the file without free pages.
@@ -131,8 +128,7 @@ class FileOperations:
         list of str
             The problems found, one per item; empty when the file is sound.
         """
-        with self._connections().read_connection() as db:
-            return db.integrity_check()
+        return self._connections().read_with(lambda db: db.integrity_check())
 
     def key_sizes(self, prefix: str = "") -> list[tuple[str, int]]:
         """The stored size of every value whose key starts with `prefix`, without reading it.
@@ -142,8 +138,7 @@ class FileOperations:
         list of (str, int)
             `(key, length in bytes)` pairs, in key order.
         """
-        with self._connections().read_connection() as db:
-            return db.list_prefix_sizes(prefix)
+        return self._connections().read_with(lambda db: db.list_prefix_sizes(prefix))
 
     def remote_stats(self) -> dict[str, int] | None:
         """The counters of a remote file's block cache.
@@ -171,7 +166,8 @@ class FileOperations:
         import zarrdb
 
         conns = self._connections()
-        with conns.read_connection() as db:
+
+        def read(db: Database) -> dict[str, Any]:
             facts = _format.read_facts(db)
             page_size = db.pragma("page_size")
             freelist = db.pragma("freelist_count")
@@ -194,4 +190,6 @@ class FileOperations:
                 "keys": db.count_prefix(""),
                 "stored_bytes": db.size_prefix(""),
             }
-        return info
+            return info
+
+        return conns.read_with(read)

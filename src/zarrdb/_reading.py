@@ -76,8 +76,7 @@ def _byte_range(byte_range: ByteRequest | None) -> tuple[int, int | None]:
 
 
 def _read_with(conns: Connections, fn: Callable[[Database], T]) -> T:
-    with conns.read_connection() as db:
-        return fn(db)
+    return conns.read_with(fn)
 
 
 class Reads:
@@ -114,10 +113,11 @@ class Reads:
         Buffer or None
             The bytes, or None if the key is not stored.
         """
-        with self._connections().read_connection() as db:
-            data = (
-                db.get(key) if byte_range is None else db.get_range(key, *_byte_range(byte_range))
-            )
+        if byte_range is None:
+            data = self._connections().read_with(lambda db: db.get(key))
+        else:
+            start, length = _byte_range(byte_range)
+            data = self._connections().read_with(lambda db: db.get_range(key, start, length))
         if data is None:
             return None
         return _as_buffer(prototype or default_buffer_prototype(), data)
@@ -171,8 +171,7 @@ class Reads:
     def _get_ranges_sync(
         self, requests: Sequence[tuple[str, int, int | None]]
     ) -> list[bytes | None]:
-        with self._connections().read_connection() as db:
-            return db.get_ranges(requests)
+        return self._connections().read_with(lambda db: db.get_ranges(requests))
 
     async def _get_ranges(self, requests: list[tuple[str, int, int | None]]) -> list[bytes | None]:
         if self._remote is not None:

@@ -1201,9 +1201,30 @@ cdef class Writer:
             zt_cond_broadcast(&w.done)
             zt_mutex_unlock(&w.mu)
 
+    def call_holding(self, fn, bint drain=True):
+        """Run `fn(db)` on the write connection and return what it returns: the connection is
+        taken from the thread once everything queued so far is written (with `drain`) and given
+        back when `fn` returns or raises.
+
+        Taking and giving back happen inside this one compiled call, around the call of `fn`:
+        Python runs signal handlers only between bytecodes (in `fn`, or in the caller once this
+        returns), never in between here, so a KeyboardInterrupt or SystemExit can come only
+        while `fn` runs (the connection is given back as it propagates) or after the connection
+        is given back. A context manager cannot promise that: CPython 3.14 calls a compiled
+        `__enter__` as a plain call, which runs pending signal handlers as it returns, before
+        the `with` block protects anything, so `__exit__` would never run."""
+        self._hold(drain, 0)
+        try:
+            return fn(self.db)
+        finally:
+            self._release()
+
     def holding(self, bint drain=True):
         """A context manager giving the write connection for the block: taken from the thread
-        once everything queued so far is written (with `drain`), given back at the end."""
+        once everything queued so far is written (with `drain`), given back at the end. For
+        tests and interactive use; zarrdb itself uses call_holding (see there why): if a
+        signal's exception skips `__exit__`, the connection is given back when the holder is
+        dropped (at once, as the exception unwinds the `with` statement)."""
         return _Holding(self, drain)
 
     @property
@@ -1272,10 +1293,20 @@ cdef class Writer:
             self._release()
         return token
 
-    def end(self, int64_t token, bint ok):
+    def end(self, int64_t token, bint ok, list levels=None):
         """End the innermost level of transaction `token`: once every write queued so far is
         written, commit it (or release its savepoint) if `ok` and none of its writes failed,
-        else roll it back. Raises the first failed write's error, or why the commit failed."""
+        else roll it back. Raises the first failed write's error, or why the commit failed.
+        `levels` (the list begin() put the token in): emptied the moment the level is over,
+        ended or past ending (the store closing), so that a caller interrupted around this
+        call knows whether to end it still."""
+        try:
+            self._end(token, ok)
+        finally:
+            if levels is not None:
+                del levels[:]
+
+    cdef int _end(self, int64_t token, bint ok) except -1:
         cdef WState* w = self.w
         cdef bint outermost
         cdef int rc
@@ -1293,34 +1324,45 @@ cdef class Writer:
                 self._forget_transaction()  # closing: close() rolls it back
             raise
         try:
-            if w.txn_rc != SQLITE_OK:
-                # A write of the transaction failed: this level ends with its error.
-                err = _write_error(
-                    self, w.txn_rc, w.txn_xrc,
-                    w.txn_errmsg.decode("utf-8", "replace") if w.txn_errmsg != NULL else "",
-                    w.txn_errkey.decode("utf-8", "replace") if w.txn_errkey != NULL else "?",
-                )
-                with nogil:
-                    zt_mutex_lock(&w.mu)
-                    _clear_transaction_error(w)
-                    zt_mutex_unlock(&w.mu)
-                ok = False
-            if sqlite3_get_autocommit(self.db.db):
-                # SQLite rolled the transaction back itself after an error inside it.
-                if ok:
-                    err = _errors.SQLiteError(
-                        f"{self.path!r}: the transaction was rolled back after an error inside "
-                        "it; nothing of it was written",
-                        filename=self.path,
-                    )
-            else:
-                if ok and outermost and w.st_touch != NULL:
+            try:
+                if w.txn_rc != SQLITE_OK:
+                    # A write of the transaction failed: this level ends with its error.
+                    ok = False
+                    try:
+                        err = _write_error(
+                            self, w.txn_rc, w.txn_xrc,
+                            w.txn_errmsg.decode("utf-8", "replace")
+                            if w.txn_errmsg != NULL else "",
+                            w.txn_errkey.decode("utf-8", "replace")
+                            if w.txn_errkey != NULL else "?",
+                        )
+                    finally:
+                        with nogil:
+                            zt_mutex_lock(&w.mu)
+                            _clear_transaction_error(w)
+                            zt_mutex_unlock(&w.mu)
+                if sqlite3_get_autocommit(self.db.db):
+                    # SQLite rolled the transaction back itself after an error inside it.
+                    if ok:
+                        err = _errors.SQLiteError(
+                            f"{self.path!r}: the transaction was rolled back after an error "
+                            "inside it; nothing of it was written",
+                            filename=self.path,
+                        )
+                elif ok and outermost and w.st_touch != NULL:
                     with nogil:
                         rc = _step_done(w.st_touch)
                     if rc != SQLITE_OK:
-                        err = self.db._error(rc, "cannot record the modification time")
                         ok = False
-                self.db._finish(1 if outermost else 2, ok)
+                        err = self.db._error(rc, "cannot record the modification time")
+            except BaseException:
+                ok = False  # e.g. a signal's exception while an error was being made
+                raise
+            finally:
+                # Whatever came in between (making an exception runs Python code, where a
+                # signal handler may run), the level is committed or rolled back.
+                if not sqlite3_get_autocommit(self.db.db):
+                    self.db._finish(1 if outermost else 2, ok)
         finally:
             if outermost:
                 self._forget_transaction()
@@ -1334,6 +1376,7 @@ cdef class Writer:
                 self._unpin()
         if err is not None:
             raise err
+        return 0
 
     cdef void _forget_transaction(self) noexcept:
         cdef WState* w = self.w
@@ -1450,8 +1493,9 @@ cdef class Writer:
 
 cdef class _Holding:
     """`with writer.holding() as db:` (see Writer.holding). The connection is taken inside
-    __enter__ and given back by __exit__ only if it was taken: the with statement protects the
-    block from the moment __enter__ returns, so no signal can come between the two."""
+    __enter__ and given back by __exit__, or by the holder's deallocation if __exit__ never
+    runs: on CPython 3.14 an exception of a signal handler can be raised as the compiled
+    __enter__ returns, before the with statement protects the block."""
 
     cdef Writer writer
     cdef bint drain
@@ -1472,3 +1516,34 @@ cdef class _Holding:
             self.held = False
             self.writer._release()
         return False
+
+    def __dealloc__(self):
+        if self.held and self.writer is not None and self.writer.w != NULL:
+            self.held = False
+            self.writer._release()
+
+
+def _exit_transaction(self, exc_type, exc, tb):
+    """Transaction.__exit__ (zarrdb._writing), compiled: a `__exit__` written in Python can be
+    interrupted by a signal handler as it starts (CPython runs them at the start of every Python
+    function), which would leave the transaction open for good; here nothing runs Python code
+    until the level has ended. Ends the innermost level `self.levels[-1]` (a _Level: its
+    writer, the list `opened` begin() put the token in, and the context's `mark`): committed if
+    the block raised nothing, else rolled back."""
+    cdef list levels = self.levels
+    if not levels:
+        raise _errors.MisuseError("the transaction's block was not entered", code=SQLITE_MISUSE)
+    level = levels[len(levels) - 1]  # (the module is compiled without negative indexing)
+    try:
+        mark = level.mark
+        if mark is not None:
+            level.mark = None
+            try:
+                mark.var.reset(mark)
+            except (ValueError, RuntimeError):  # another context set it
+                pass
+        opened = level.opened
+        if opened:
+            level.writer.end(opened[0], exc_type is None, opened)
+    finally:
+        levels.remove(level)

@@ -19,12 +19,12 @@ import asyncio
 import contextlib
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from zarrdb import _format
-from zarrdb._core import Database, Port, Writer
+from zarrdb._core import Database, Port, Writer, _exit_transaction
 
 if TYPE_CHECKING:
     from zarrdb.store import SQLiteStore
@@ -70,6 +70,8 @@ VACUUM_MIN_PAGES = 16
 # writes the final time if a later commit left it out; explicit transactions always write it.
 MODIFIED_AT_INTERVAL = 0.5
 
+T = TypeVar("T")
+
 # (kind, key, value): "set" | "set_if_absent" | "delete" | "delete_prefix"
 Op = tuple[str, str, Any]
 
@@ -104,10 +106,12 @@ class Writing:
         self.ports: dict[int, _LoopPort] = {}  # id(loop) -> its port
         self.ports_lock = threading.Lock()
 
-    def hold(self, drain: bool = True) -> contextlib.AbstractContextManager[Database, bool]:
-        """The write connection for a `with` block, taken from the writer thread: with `drain`,
-        once everything queued so far is written."""
-        return self.writer.holding(drain)
+    def call_holding(self, fn: Callable[[Database], T], drain: bool = True) -> T:
+        """`fn(db)` on the write connection, taken from the writer thread (with `drain`, once
+        everything queued so far is written) and given back when `fn` returns or raises. Not a
+        context manager: Ctrl-C or SIGTERM as a compiled `__enter__` returns would skip
+        `__exit__` on CPython 3.14 and keep the connection for good (see Writer.call_holding)."""
+        return self.writer.call_holding(fn, drain)
 
     def in_transaction(self) -> bool:
         """An explicit transaction is open on this store."""
@@ -297,12 +301,18 @@ class _Level:
     def entered(self) -> None:
         self.mark = _INSIDE.set((*_INSIDE.get(), self.opened[0]))
 
-    def end(self, ok: bool) -> None:
+    def unmark(self) -> None:
         if self.mark is not None:
             with contextlib.suppress(ValueError, RuntimeError):  # another context set it
                 _INSIDE.reset(self.mark)
             self.mark = None
-        self.writer.end(self.opened[0], ok)
+
+    def end(self, ok: bool) -> None:
+        """End the level if it is still open (the writer empties `opened` the moment it is
+        over, so a call after one that was interrupted, or after a failed one, does nothing)."""
+        self.unmark()
+        if self.opened:
+            self.writer.end(self.opened[0], ok, self.opened)
 
     def abandon(self) -> None:
         """Roll back the level if it was opened for a caller who is gone (interrupted by a
@@ -329,29 +339,40 @@ class Transaction:
     def _level(self) -> _Level:
         writing = self.store._connections_for_write().writing
         assert writing is not None
-        level = _Level(writing.writer)
-        self.levels.append(level)
-        return level
+        return _Level(writing.writer)
+
+    def _forget(self, level: _Level) -> None:
+        """Roll back `level` if it opened, and drop it (its __enter__ failed or was
+        interrupted)."""
+        level.abandon()
+        if level in self.levels:
+            self.levels.remove(level)
 
     def __enter__(self) -> SQLiteStore:
+        # Ctrl-C or SIGTERM may raise at any point where Python runs signal handlers: as a
+        # function starts, and as a call into compiled code returns. From the moment the level
+        # is listed until __enter__ returns, any of them rolls back what was opened. (A
+        # `return` runs no handler, and the with statement protects the block from there.)
         level = self._level()
         try:
+            self.levels.append(level)
             level.writer.begin(level.inside(), level.opened)
             level.entered()
         except BaseException:
-            self.levels.remove(level)
-            level.abandon()
+            self._forget(level)
             raise
         return self.store
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        self.levels.pop().end(exc_type is None)
+    # Compiled (zarrdb._core): a __exit__ written in Python could be interrupted as it starts,
+    # before the level has ended, leaving the transaction open for good.
+    __exit__ = _exit_transaction
 
     async def __aenter__(self) -> SQLiteStore:
         # In a worker thread: waiting for another transaction, for the writes queued before,
         # or for another process's lock must not stop the event loop, which may be running
         # this transaction's own work. The context's mark is set here, in the coroutine.
         level = self._level()
+        self.levels.append(level)
         begin = asyncio.ensure_future(
             asyncio.to_thread(level.writer.begin, level.inside(), level.opened)
         )
@@ -369,10 +390,9 @@ class Transaction:
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         level = self.levels.pop()
-        if level.mark is not None:
-            with contextlib.suppress(ValueError, RuntimeError):
-                _INSIDE.reset(level.mark)
-            level.mark = None
+        level.unmark()
         # Shielded: a task cancelled while the commit runs must not leave it half done.
-        ending = asyncio.to_thread(level.writer.end, level.opened[0], exc_type is None)
+        ending = asyncio.to_thread(
+            level.writer.end, level.opened[0], exc_type is None, level.opened
+        )
         await asyncio.shield(ending)

@@ -152,6 +152,80 @@ def test_queue_bound_makes_submitters_wait(writer_db):
         writer.close()
 
 
+def _write_returns(writer: Writer, key: str) -> bool:
+    """A write from another thread commits within 10 s (it hangs while the connection is
+    held)."""
+    sub = writer.submit([("set", key, b"v")])
+    waiter = threading.Thread(target=sub.wait, daemon=True)
+    waiter.start()
+    waiter.join(10)
+    return not waiter.is_alive()
+
+
+def test_call_holding_runs_fn_on_the_connection_and_gives_it_back(writer_db):
+    """call_holding(fn): fn gets the connection once what is queued is written, its result is
+    returned, and the connection goes back to the thread whether fn returns or raises (a
+    KeyboardInterrupt too, as a signal handler raises it)."""
+    writer = Writer(writer_db)
+    try:
+        for i in range(20):
+            writer.submit([("set", f"c/{i}", b"v")])
+        assert writer.call_holding(lambda db: db.count_prefix("c/")) == 20
+
+        def interrupted(db):
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            writer.call_holding(interrupted)
+        assert _write_returns(writer, "after-interrupt")
+        with pytest.raises(ZeroDivisionError):
+            writer.call_holding(lambda db: 1 / 0)
+        assert _write_returns(writer, "after-error")
+    finally:
+        writer.close()
+    assert sqlite_rows(writer_db.path, "SELECT count(*) FROM zarr WHERE k LIKE 'after-%'") == [
+        (2,)
+    ]
+
+
+def test_a_holder_whose_exit_never_runs_gives_the_connection_back_when_dropped(writer_db):
+    """holding()'s __enter__ took the connection and __exit__ never ran (as when a signal's
+    exception is raised as a compiled __enter__ returns, on CPython 3.14): dropping the holder
+    gives the connection back."""
+    writer = Writer(writer_db)
+    try:
+        holder = writer.holding()
+        holder.__enter__()
+        del holder
+        assert _write_returns(writer, "after-drop")
+    finally:
+        writer.close()
+
+
+def test_end_empties_the_list_begin_filled(writer_db):
+    """begin() puts the token in the caller's list the moment the level opens; end() with the
+    list empties it the moment the level is over, so a caller interrupted around either call
+    knows whether a level is still open."""
+    writer = Writer(writer_db)
+    try:
+        opened: list[int] = []
+        token = writer.begin(0, opened)
+        assert opened == [token]
+        nested: list[int] = []
+        assert writer.begin(token, nested) == token
+        writer.end(token, False, nested)
+        assert nested == [] and opened == [token]
+        writer.end(token, True, opened)
+        assert opened == []
+        assert not writer.in_transaction
+        opened.append(token)
+        with pytest.raises(errors.MisuseError):
+            writer.end(token, True, opened)  # over already
+        assert opened == []
+    finally:
+        writer.close()
+
+
 def test_hold_waits_for_what_is_queued_and_stops_the_thread(writer_db):
     writer = Writer(writer_db)
     try:

@@ -492,8 +492,7 @@ def test_synchronous_follows_durability_and_journal(tmp_path, durability, journa
 
     def synchronous(store) -> tuple[bool, int]:
         writing = store._conns.writing
-        with writing.hold() as db:
-            return writing.writer.in_wal, db.pragma("synchronous")
+        return writing.call_holding(lambda db: (writing.writer.in_wal, db.pragma("synchronous")))
 
     with opened(tmp_path / "f.zarrdb", durability=durability, journal=journal) as store:
         store.set_sync("k", store_buffer(b"1"))

@@ -1,5 +1,14 @@
 """Ctrl-C and SIGTERM while a thread waits for the write connection (issue 24, defect 2).
 
+Two ways in. The first delivers a real signal while the wait is under way (below). The second
+is deterministic and needs no particular interpreter: it raises KeyboardInterrupt, one run at a
+time, at each point of an operation where CPython runs signal handlers (as a Python function
+starts, and as a call into compiled code returns), through a profile function, until the
+operation runs through without one. CPython 3.14 calls a `with` statement's `__enter__` as a
+plain call, so a compiled `__enter__` that takes the write connection returns into such a point
+before the block is protected; older versions call it from inside the with statement's own
+instruction. The profile function reaches exactly the points each version has.
+
 The main thread of a child process waits for the write connection (to begin a transaction, to
 read inside one, to rename) while the writer thread is busy with another thread's write that
 waits behind a third process's lock. A signal arrives during that wait, at a known moment (an
@@ -122,3 +131,150 @@ def test_signal_while_waiting_for_the_write_connection_leaves_the_store_working(
         con.close()
     assert {"busy", "after"} <= keys
     assert "inside" not in keys
+
+
+# argv: path, operation ("rename" | "transaction" | "vacuum")
+_EVERY_POINT_CHILD = r"""
+import faulthandler, os, sys, threading
+from zarr.core.buffer import cpu
+from zarrdb import SQLiteStore
+
+path, operation = sys.argv[1:3]
+faulthandler.dump_traceback_later(240, exit=True)  # a wedged store: fail, do not hang
+buf = cpu.Buffer.from_bytes
+store = SQLiteStore(path)
+store.set_sync("a/x", buf(b"x"))
+store.set_sync("t/x", buf(b"x"))
+checker = SQLiteStore(path, read_only=True)  # another connection: sees only what is committed
+
+
+def rename():
+    if store.get_sync("a/x") is not None:
+        return lambda: store.rename("a", "b")
+    return lambda: store.rename("b", "a")
+
+
+def transaction(i):
+    def run():
+        with store.transaction():
+            store.set_sync(f"t/{i}", buf(b"t"))
+            assert store.get_sync(f"t/{i}") is not None  # a read inside holds the connection
+            with store.transaction():  # a savepoint
+                store.set_sync(f"n/{i}", buf(b"n"))
+            store.key_sizes("t/")
+    return run
+
+
+def interrupted(run, n):
+    # Runs `run`, raising KeyboardInterrupt at the n-th point where a signal handler may run:
+    # the start of a Python function, the return of a call into anything else (compiled code).
+    # Returns where it was raised, or None if `run` has fewer points. sys.monitoring (3.12+)
+    # sees every call; 3.11's profile function sees the returns of builtins only.
+    me = threading.get_ident()
+    count = 0
+    where = None
+    armed = False  # between start() and stop(), on this thread
+
+    def hit(what, code):
+        nonlocal count, where, armed
+        if not armed or threading.get_ident() != me:
+            return
+        count += 1
+        if count == n:
+            armed = False
+            name = getattr(code, "co_qualname", code.co_name)
+            where = f"{what} (in {name}, {code.co_filename})"
+            raise KeyboardInterrupt
+
+    if hasattr(sys, "monitoring"):
+        mon = sys.monitoring
+        tool = next(i for i in range(6) if mon.get_tool(i) is None)
+        mon.use_tool_id(tool, "interrupt at every point")
+        mon.register_callback(tool, mon.events.CALL, lambda *args: None)
+        mon.register_callback(tool, mon.events.PY_START,
+                              lambda code, offset: hit("start", code))
+        mon.register_callback(tool, mon.events.C_RETURN,
+                              lambda code, offset, fn, arg0: hit(f"return from {fn!r}", code))
+
+        def start():
+            mon.set_events(tool, mon.events.PY_START | mon.events.CALL)  # with C_RETURN
+
+        def stop():
+            mon.set_events(tool, 0)
+    else:
+        def profile(frame, event, arg):
+            if event == "call":
+                hit("start", frame.f_code)
+            elif event == "c_return":
+                hit(f"return from {arg!r}", frame.f_code)
+
+        def start():
+            sys.setprofile(profile)
+
+        def stop():
+            sys.setprofile(None)
+    try:
+        start()
+        armed = True
+        run()
+        armed = False
+    except KeyboardInterrupt:
+        if where is None:
+            raise
+    finally:
+        armed = False
+        stop()
+        if hasattr(sys, "monitoring"):
+            sys.monitoring.free_tool_id(tool)
+    return where
+
+
+n = 0
+while True:
+    n += 1
+    if operation == "rename":
+        run = rename()
+    elif operation == "vacuum":
+        run = store.vacuum
+    else:
+        run = transaction(n)
+    where = interrupted(run, n)
+    # The store goes on working: a write from another thread commits (it would hang if the
+    # connection were never given back, or wait in a transaction left open for good).
+    writer = threading.Thread(target=store.set_sync, args=(f"check/{n}", buf(b"c")), daemon=True)
+    writer.start()
+    writer.join(15)
+    if writer.is_alive():
+        print(f"wedged: a write hangs after KeyboardInterrupt at point {n}: {where}", flush=True)
+        os._exit(3)
+    if checker.get_sync(f"check/{n}") is None:
+        print(f"a transaction stayed open after KeyboardInterrupt at point {n}: {where}",
+              flush=True)
+        os._exit(4)
+    if where is None:
+        break
+print("points", n - 1, flush=True)
+checker.close()
+store.close()
+print("closed", flush=True)
+"""
+
+
+@pytest.mark.parametrize("operation", ["rename", "transaction", "vacuum"])
+def test_an_interrupt_at_every_point_where_a_signal_handler_runs_leaves_the_store_working(
+    tmp_path: Path, operation: str
+) -> None:
+    path = tmp_path / "every.zarrdb"
+    proc = subprocess.run(
+        [sys.executable, "-c", _EVERY_POINT_CHILD, str(path), operation],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=child_env(),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.split("\n")
+    assert "closed" in lines, proc.stdout + proc.stderr
+    points = int(next(line for line in lines if line.startswith("points ")).split()[1])
+    assert points >= 5, proc.stdout  # the profile function did reach the operation
+    assert not Path(str(path) + "-wal").exists()
