@@ -550,6 +550,8 @@ def _initialise(db: Database, opts: dict[str, Any], path: str) -> None:
             return
         write_schema(db, f"zarrdb {__version__}")
 
+    db._atomic_call(schema)  # schema work on a connection no writer runs yet
+
 
 def write_schema(db: Database, created_by: str, *, data_table: bool = True) -> None:
     """Make the file a SQLiteStore file inside the transaction open on `db`: the application
@@ -559,8 +561,6 @@ def write_schema(db: Database, created_by: str, *, data_table: bool = True) -> N
     db.executescript(schema)
     for key, value in _format.initial_metadata(created_by):
         db.execute(f"INSERT INTO {_format.METADATA_TABLE}(k, v) VALUES (?, ?)", (key, value))
-
-    db._atomic_call(schema)  # schema work on a connection no writer runs yet
 
 
 def _create(path: str, opts: dict[str, Any]) -> None:
