@@ -184,8 +184,9 @@ def upgrade(
         if db.journal_mode() == "wal":
             # One file before and after; VACUUM can change the page size only out of WAL mode.
             db.journal_mode("delete")
-        # Maintenance on a connection no writer runs: the upgrade's SQL as one unit.
-        with db._atomic():
+        # Maintenance on a connection no writer runs: the upgrade's SQL as one unit (one
+        # compiled call, which a signal cannot leave half begun).
+        def upgrade_rows(db: Database) -> None:
             facts = _format.read_facts(db)  # as of the transaction: another writer may have won
             result.upgraded = _check_kind(target, facts)
             keys = _checked_keys(db, target)
@@ -202,6 +203,8 @@ def upgrade(
             if not result.upgraded and (plan is None or plan.changes):
                 db.execute(_format.TOUCH_MODIFIED_AT)
             _format.validate(_format.read_facts(db), path=target, writable=True)
+
+        db._atomic_call(upgrade_rows)
         if result.upgraded:
             result.vacuumed = _rebuild(db, target)
     finally:
