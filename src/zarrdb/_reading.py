@@ -75,8 +75,10 @@ def _byte_range(byte_range: ByteRequest | None) -> tuple[int, int | None]:
     raise ValueError(f"Unexpected byte_range, got {byte_range}.")
 
 
-def _read_with(conns: Connections, fn: Callable[[Database], T]) -> T:
-    return conns.read_with(fn)
+def _get_one(db: Database, key: str, byte_range: ByteRequest | None) -> bytes | None:
+    if byte_range is None:
+        return db.get(key)
+    return db.get_range(key, *_byte_range(byte_range))
 
 
 class Reads:
@@ -113,11 +115,11 @@ class Reads:
         Buffer or None
             The bytes, or None if the key is not stored.
         """
-        if byte_range is None:
-            data = self._connections().read_with(lambda db: db.get(key))
-        else:
-            start, length = _byte_range(byte_range)
-            data = self._connections().read_with(lambda db: db.get_range(key, start, length))
+        conns = self._connections()
+        if conns.in_transaction():
+            data = conns.read_with(lambda db: _get_one(db, key, byte_range))
+        else:  # the common case, without a closure per call
+            data = _get_one(conns.reader(), key, byte_range)
         if data is None:
             return None
         return _as_buffer(prototype or default_buffer_prototype(), data)
@@ -276,10 +278,10 @@ class Reads:
         """`fn(db)` on the connection a read uses; while an explicit transaction is open, in
         a worker thread (its connection waits for the writes queued before the read)."""
         if self._remote is not None:
-            return await self._read_pool().run(lambda: _read_with(self._connections(), fn))
+            return await self._read_pool().run(lambda: self._connections().read_with(fn))
         conns = self._connections()
         if conns.in_transaction():
-            return await asyncio.to_thread(_read_with, conns, fn)
+            return await asyncio.to_thread(conns.read_with, fn)
         return fn(conns.reader())
 
     async def exists(self, key: str) -> bool:
