@@ -111,13 +111,35 @@ cdef int _write_large(sqlite3* db, sqlite3_stmt** st, WOp* op, int64_t* changes)
     return rc
 
 
-cdef int _apply_op(sqlite3* db, sqlite3_stmt** st, int64_t blob_min, WOp* op,
-                   int64_t* changes, bint* freed) noexcept nogil:
+cdef int _write_unspilled(sqlite3* db, sqlite3_stmt** st, WOp* op,
+                          int64_t* changes) noexcept nogil:
+    """_write_large for a value too large for the page cache, with spilling suspended while
+    it is written: SQLite would otherwise spill the zero-filled pages to the file, read them
+    back and write them again (2 bytes written and 1 read per byte of value). The cache grows
+    by the value's pages instead; the commit writes them once and the cache gives them back.
+    The pragma takes effect as it is compiled, inside the transaction too (a spill threshold
+    in pages; the ON/OFF form waits for the next transaction); 1, SQLite's default, spills
+    as soon as the cache is full."""
+    cdef int rc = sqlite3_exec(db, "PRAGMA cache_spill = 2147483647", NULL, NULL, NULL)
+    if rc != SQLITE_OK:
+        return rc
+    rc = _write_large(db, st, op, changes)
+    if sqlite3_exec(db, "PRAGMA cache_spill = 1", NULL, NULL, NULL) != SQLITE_OK and rc == SQLITE_OK:
+        rc = SQLITE_ERROR
+    return rc
+
+
+cdef int _apply_op(sqlite3* db, sqlite3_stmt** st, int64_t blob_min, int64_t unspilled_min,
+                   WOp* op, int64_t* changes, bint* freed) noexcept nogil:
     """Run one operation inside the open transaction; SQLITE_OK or the error code. `changes`
-    counts the rows written or deleted; `freed` is set when a delete removed something."""
+    counts the rows written or deleted; `freed` is set when a delete removed something. Values
+    of at least `blob_min` bytes go through the blob API, and from `unspilled_min` bytes with
+    spilling suspended (_write_unspilled)."""
     cdef sqlite3_stmt* stmt
     cdef int rc
     if op.kind == W_SET or op.kind == W_SET_IF_ABSENT:
+        if op.nval >= unspilled_min:
+            return _write_unspilled(db, st, op, changes)
         if op.nval >= blob_min:
             return _write_large(db, st, op, changes)
         stmt = st[<int>S_SET] if op.kind == W_SET else st[<int>S_SET_IF_ABSENT]

@@ -104,6 +104,7 @@ cdef struct WState:
     sqlite3_stmt** st  # the Database's prepared statements, by Stmt
     sqlite3_stmt* st_touch
     int64_t blob_min
+    int64_t unspilled_min  # values this long are written with spilling suspended
     int64_t touch_every_ms
     int64_t touched_at
     int touch_skipped
@@ -210,7 +211,8 @@ cdef int _apply(WState* w, WSub** subs, Py_ssize_t start, Py_ssize_t stop,
     for i in range(start, stop):
         changes = 0
         for j in range(subs[i].nops):
-            rc = _apply_op(w.db, w.st, w.blob_min, &subs[i].ops[j], &changes, &w.freeing)
+            rc = _apply_op(w.db, w.st, w.blob_min, w.unspilled_min, &subs[i].ops[j], &changes,
+                          &w.freeing)
             if rc != SQLITE_OK:
                 bad_sub[0] = i
                 bad_op[0] = j
@@ -874,13 +876,21 @@ cdef class Port:
             free(self.port)
 
 
+cdef int64_t _cache_bytes(Database db) except -1:
+    """The size of the connection's page cache in bytes (PRAGMA cache_size: pages, or KiB when
+    negative)."""
+    cdef int64_t size = int(db.pragma("cache_size"))
+    return -size * 1024 if size < 0 else size * int(db.pragma("page_size"))
+
+
 @cython.no_gc_clear  # its thread uses the Database until __dealloc__ has stopped it
 cdef class Writer:
     """The write connection of a Database, run by a C thread (see the top of _writer.pxi).
 
     batch_bytes: most bytes one group commit takes; queue_bytes: submitters wait while more
     than this is queued; blob_min: values at least this long are written through the blob API;
-    touch_sql, touch_every: a statement a group commit runs at most every so many seconds (the
+    unspilled_min: values at least this long are written with SQLite's spilling of dirty pages
+    suspended (None: half the connection's page cache); touch_sql, touch_every: a statement a group commit runs at most every so many seconds (the
     file's modification time)."""
 
     cdef WState* w
@@ -901,7 +911,7 @@ cdef class Writer:
         self._joined = _deque()
 
     def __init__(self, Database db, *, batch_bytes=64 << 20, queue_bytes=256 << 20,
-                 blob_min=128 << 10, touch_sql=None, touch_every=0.5, max_age=2e-3,
+                 blob_min=128 << 10, unspilled_min=None, touch_sql=None, touch_every=0.5, max_age=2e-3,
                  checkpoint=False, synchronous=1, checkpoint_pages=256, wal_limit_pages=4096,
                  wal_after=0, small_bytes=256 << 10, vacuum_pages=256, vacuum_min=16):
         cdef WState* w
@@ -929,6 +939,10 @@ cdef class Writer:
         w.queue_max = max(1, int(queue_bytes))
         w.batch_max = max(1, int(batch_bytes))
         w.blob_min = max(1, int(blob_min))
+        if unspilled_min is None:
+            # a value larger than about 90% of the page cache spills its own zero-filled pages
+            unspilled_min = _cache_bytes(db) // 2
+        w.unspilled_min = max(w.blob_min, int(unspilled_min))
         w.max_age_us = <int64_t>(float(max_age) * 1e6)
         w.hold_limit = -1
         w.touched_at = -1
