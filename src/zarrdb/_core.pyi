@@ -229,6 +229,7 @@ class Writer:
         touch_sql: str | None = None,
         touch_every: float = 0.5,
         max_age: float = 0.002,
+        signal_bytes: int = 0,
         checkpoint: bool = False,
         synchronous: int = 1,
         checkpoint_pages: int = 256,

@@ -98,13 +98,20 @@ cdef struct WState:
     # group commit of hinted submissions: the batch stays open (its writes applied as they
     # come) until the submitters' flush() covers it, at most max_age_us after it began
     int64_t flush_seq
+    # bytes of hinted submissions queued since the thread was last woken: the submitter wakes
+    # it only once they reach signal_bytes (a burst of small writes is taken whole when the
+    # loop flushes, with one wake-up instead of one per write; large ones start at once)
+    int64_t unsignaled_bytes
+    int64_t signal_bytes
     int64_t max_age_us
     # the connection and what the thread runs on it
     sqlite3* db
     sqlite3_stmt** st  # the Database's prepared statements, by Stmt
     sqlite3_stmt* st_touch
     int64_t blob_min
-    int64_t unspilled_min  # values this long are written with spilling suspended
+    int64_t unspilled_min  # values this long are written with spilling held back
+    int64_t spill_pages  # the page cache's size in pages, and the file's page size
+    int64_t page_size
     int64_t touch_every_ms
     int64_t touched_at
     int touch_skipped
@@ -211,8 +218,8 @@ cdef int _apply(WState* w, WSub** subs, Py_ssize_t start, Py_ssize_t stop,
     for i in range(start, stop):
         changes = 0
         for j in range(subs[i].nops):
-            rc = _apply_op(w.db, w.st, w.blob_min, w.unspilled_min, &subs[i].ops[j], &changes,
-                          &w.freeing)
+            rc = _apply_op(w.db, w.st, w.blob_min, w.unspilled_min, w.spill_pages, w.page_size,
+                           &subs[i].ops[j], &changes, &w.freeing)
             if rc != SQLITE_OK:
                 bad_sub[0] = i
                 bad_op[0] = j
@@ -889,9 +896,12 @@ cdef class Writer:
 
     batch_bytes: most bytes one group commit takes; queue_bytes: submitters wait while more
     than this is queued; blob_min: values at least this long are written through the blob API;
-    unspilled_min: values at least this long are written with SQLite's spilling of dirty pages
-    suspended (None: half the connection's page cache); touch_sql, touch_every: a statement a group commit runs at most every so many seconds (the
-    file's modification time)."""
+    unspilled_min: values at least this long are written without SQLite spilling their own
+    pages before they are complete (None: half the connection's page cache); signal_bytes: submissions through a
+    port (an event loop's, which calls flush() once per turn) wake the thread only once this
+    many bytes of them are queued, or at the flush (0: each at once); touch_sql, touch_every:
+    a statement a group commit runs at most every so many seconds (the file's modification
+    time)."""
 
     cdef WState* w
     cdef Database db
@@ -911,8 +921,8 @@ cdef class Writer:
         self._joined = _deque()
 
     def __init__(self, Database db, *, batch_bytes=64 << 20, queue_bytes=256 << 20,
-                 blob_min=128 << 10, unspilled_min=None, touch_sql=None, touch_every=0.5, max_age=2e-3,
-                 checkpoint=False, synchronous=1, checkpoint_pages=256, wal_limit_pages=4096,
+                 blob_min=128 << 10, unspilled_min=None, touch_sql=None, touch_every=0.5,
+                 max_age=2e-3, signal_bytes=0, checkpoint=False, synchronous=1, checkpoint_pages=256, wal_limit_pages=4096,
                  wal_after=0, small_bytes=256 << 10, vacuum_pages=256, vacuum_min=16):
         cdef WState* w
         cdef sqlite3_stmt* stmt = NULL
@@ -939,11 +949,14 @@ cdef class Writer:
         w.queue_max = max(1, int(queue_bytes))
         w.batch_max = max(1, int(batch_bytes))
         w.blob_min = max(1, int(blob_min))
+        w.page_size = int(db.pragma("page_size"))
+        w.spill_pages = max(1, _cache_bytes(db) // w.page_size)
         if unspilled_min is None:
             # a value larger than about 90% of the page cache spills its own zero-filled pages
             unspilled_min = _cache_bytes(db) // 2
         w.unspilled_min = max(w.blob_min, int(unspilled_min))
         w.max_age_us = <int64_t>(float(max_age) * 1e6)
+        w.signal_bytes = max(0, int(signal_bytes))
         w.hold_limit = -1
         w.touched_at = -1
         w.touch_every_ms = <int64_t>(float(touch_every) * 1000)
@@ -1093,7 +1106,11 @@ cdef class Writer:
                     if s.txn != 0:
                         s.port = NULL  # nobody waits for it: see _unpin
                     _enqueue_ready(w, s)
-                    zt_cond_signal(&w.work)
+                    if s.hinted and s.txn == 0 and w.unsignaled_bytes + nbytes < w.signal_bytes:
+                        w.unsignaled_bytes += nbytes  # its loop's flush() wakes the thread
+                    else:
+                        w.unsignaled_bytes = 0
+                        zt_cond_signal(&w.work)
                     queued = True
                     break
                 if not block:
@@ -1146,6 +1163,7 @@ cdef class Writer:
             zt_mutex_lock(&w.mu)
             if w.flush_seq < w.next_seq:
                 w.flush_seq = w.next_seq
+                w.unsignaled_bytes = 0
                 zt_cond_signal(&w.work)
             zt_mutex_unlock(&w.mu)
 
