@@ -225,7 +225,7 @@ class Writer:
         batch_bytes: int = 67108864,
         queue_bytes: int = 268435456,
         blob_min: int = 131072,
-        unspilled_min: int | None = None,
+        hold_spill_min: int | None = None,
         touch_sql: str | None = None,
         touch_every: float = 0.5,
         max_age: float = 0.002,

@@ -111,42 +111,13 @@ cdef int _write_large(sqlite3* db, sqlite3_stmt** st, WOp* op, int64_t* changes)
     return rc
 
 
-cdef int _write_unspilled(sqlite3* db, sqlite3_stmt** st, WOp* op, int64_t spill_pages,
-                          int64_t page_size, int64_t* changes) noexcept nogil:
-    """_write_large for a value too large for the page cache: SQLite would spill its
-    zero-filled pages to the file, read them back and write them again (2 bytes written and 1
-    read per byte of value). While it is written, the cache spills only beyond `spill_pages`
-    (the cache's own pages) plus the value's (`page_size` less each overflow page's 4-byte
-    link per page): the dirty pages spilled are then the older ones,
-    written before (final), and the cache grows by at most the value. The commit writes the
-    value's pages once and the cache gives them back. The pragma takes effect as it is
-    compiled, inside the transaction too; 1, SQLite's default, spills as soon as the cache is
-    full."""
-    cdef char sql[64]
-    cdef int rc
-    snprintf(sql, sizeof(sql), "PRAGMA cache_spill = %lld",
-             <long long>(spill_pages + op.nval // (page_size - 4) + 2))
-    rc = sqlite3_exec(db, sql, NULL, NULL, NULL)
-    if rc != SQLITE_OK:
-        return rc
-    rc = _write_large(db, st, op, changes)
-    if sqlite3_exec(db, "PRAGMA cache_spill = 1", NULL, NULL, NULL) != SQLITE_OK and rc == SQLITE_OK:
-        rc = SQLITE_ERROR
-    return rc
-
-
-cdef int _apply_op(sqlite3* db, sqlite3_stmt** st, int64_t blob_min, int64_t unspilled_min,
-                   int64_t spill_pages, int64_t page_size, WOp* op, int64_t* changes,
-                   bint* freed) noexcept nogil:
+cdef int _apply_op(sqlite3* db, sqlite3_stmt** st, int64_t blob_min, WOp* op,
+                   int64_t* changes, bint* freed) noexcept nogil:
     """Run one operation inside the open transaction; SQLITE_OK or the error code. `changes`
-    counts the rows written or deleted; `freed` is set when a delete removed something. Values
-    of at least `blob_min` bytes go through the blob API, and from `unspilled_min` bytes with
-    spilling suspended (_write_unspilled)."""
+    counts the rows written or deleted; `freed` is set when a delete removed something."""
     cdef sqlite3_stmt* stmt
     cdef int rc
     if op.kind == W_SET or op.kind == W_SET_IF_ABSENT:
-        if op.nval >= unspilled_min:
-            return _write_unspilled(db, st, op, spill_pages, page_size, changes)
         if op.nval >= blob_min:
             return _write_large(db, st, op, changes)
         stmt = st[<int>S_SET] if op.kind == W_SET else st[<int>S_SET_IF_ABSENT]

@@ -109,9 +109,13 @@ cdef struct WState:
     sqlite3_stmt** st  # the Database's prepared statements, by Stmt
     sqlite3_stmt* st_touch
     int64_t blob_min
-    int64_t unspilled_min  # values this long are written with spilling held back
-    int64_t spill_pages  # the page cache's size in pages, and the file's page size
+    # a batch of at least hold_spill_min bytes is written with SQLite's spilling of dirty pages
+    # held back to the cache's pages (spill_pages) plus the batch's; spill_held: the threshold
+    # set for the batch being written (0: SQLite's default)
+    int64_t hold_spill_min
+    int64_t spill_pages
     int64_t page_size
+    int64_t spill_held
     int64_t touch_every_ms
     int64_t touched_at
     int touch_skipped
@@ -209,17 +213,48 @@ cdef int _begin(WState* w, bint joined) noexcept nogil:
     return _step_done(w.st[<int>S_BEGIN_WRITE])
 
 
+cdef void _hold_spill(WState* w) noexcept nogil:
+    """Before writing a batch larger than about half the page cache: SQLite spills dirty pages
+    to the file once the cache is full, and in a rollback journal every spill after new journal
+    records syncs the journal first (two syncs at synchronous=FULL), several times in a commit;
+    a value larger than the cache spilled its own zero-filled pages before the blob write
+    filled them (which then read them back and wrote them again: 2 bytes written and 1 read
+    per byte of value). Held back to the cache's pages plus the batch's, the batch's pages are
+    written once, by the commit, with one sync of the journal; older dirty pages (an explicit
+    transaction's earlier batches, final) still spill, so the cache grows by the batch at
+    most, and gives the pages back after the commit. (The pragma takes effect as it is
+    compiled, inside a transaction too; its ON/OFF form would wait for the next one.)"""
+    cdef char sql[64]
+    cdef int64_t pages
+    if w.batch_bytes < w.hold_spill_min:
+        return
+    pages = w.spill_pages + w.batch_bytes // (w.page_size - 4) + 16 + w.batch_n
+    if pages <= w.spill_held:
+        return
+    snprintf(sql, sizeof(sql), "PRAGMA cache_spill = %lld", <long long>pages)
+    if sqlite3_exec(w.db, sql, NULL, NULL, NULL) == SQLITE_OK:  # else: spilled as usual
+        w.spill_held = pages
+
+
+cdef void _release_spill(WState* w) noexcept nogil:
+    """After the batch's commit: SQLite's default threshold again (1: spill once the cache is
+    full)."""
+    if w.spill_held:
+        sqlite3_exec(w.db, "PRAGMA cache_spill = 1", NULL, NULL, NULL)
+        w.spill_held = 0
+
+
 cdef int _apply(WState* w, WSub** subs, Py_ssize_t start, Py_ssize_t stop,
                 Py_ssize_t* bad_sub, Py_ssize_t* bad_op) noexcept nogil:
     """Run the operations of subs[start:stop] inside the open transaction."""
     cdef int rc = SQLITE_OK
     cdef Py_ssize_t i, j
     cdef int64_t changes
+    _hold_spill(w)
     for i in range(start, stop):
         changes = 0
         for j in range(subs[i].nops):
-            rc = _apply_op(w.db, w.st, w.blob_min, w.unspilled_min, w.spill_pages, w.page_size,
-                           &subs[i].ops[j], &changes, &w.freeing)
+            rc = _apply_op(w.db, w.st, w.blob_min, &subs[i].ops[j], &changes, &w.freeing)
             if rc != SQLITE_OK:
                 bad_sub[0] = i
                 bad_op[0] = j
@@ -615,7 +650,8 @@ cdef void _writer_main(void* arg) noexcept nogil:
         rc = _end(w, w.batch, w.batch_n, joined, rc, bad_sub, bad_op)
         if rc != SQLITE_OK:
             _retry_alone(w, w.batch, w.batch_n, joined, rc)
-        else:
+        _release_spill(w)
+        if rc == SQLITE_OK:
             _after_commit(w, joined, w.batch_bytes)
         if w.freeing and w.st_vacuum != NULL:
             w.freed = True
@@ -896,8 +932,8 @@ cdef class Writer:
 
     batch_bytes: most bytes one group commit takes; queue_bytes: submitters wait while more
     than this is queued; blob_min: values at least this long are written through the blob API;
-    unspilled_min: values at least this long are written without SQLite spilling their own
-    pages before they are complete (None: half the connection's page cache); signal_bytes: submissions through a
+    hold_spill_min: batches of at least this many bytes are written without SQLite spilling
+    their pages before the commit (None: half the connection's page cache); signal_bytes: submissions through a
     port (an event loop's, which calls flush() once per turn) wake the thread only once this
     many bytes of them are queued, or at the flush (0: each at once); touch_sql, touch_every:
     a statement a group commit runs at most every so many seconds (the file's modification
@@ -921,7 +957,7 @@ cdef class Writer:
         self._joined = _deque()
 
     def __init__(self, Database db, *, batch_bytes=64 << 20, queue_bytes=256 << 20,
-                 blob_min=128 << 10, unspilled_min=None, touch_sql=None, touch_every=0.5,
+                 blob_min=128 << 10, hold_spill_min=None, touch_sql=None, touch_every=0.5,
                  max_age=2e-3, signal_bytes=0, checkpoint=False, synchronous=1, checkpoint_pages=256, wal_limit_pages=4096,
                  wal_after=0, small_bytes=256 << 10, vacuum_pages=256, vacuum_min=16):
         cdef WState* w
@@ -951,10 +987,10 @@ cdef class Writer:
         w.blob_min = max(1, int(blob_min))
         w.page_size = int(db.pragma("page_size"))
         w.spill_pages = max(1, _cache_bytes(db) // w.page_size)
-        if unspilled_min is None:
-            # a value larger than about 90% of the page cache spills its own zero-filled pages
-            unspilled_min = _cache_bytes(db) // 2
-        w.unspilled_min = max(w.blob_min, int(unspilled_min))
+        if hold_spill_min is None:
+            # the cache takes 90% of its size in dirty pages before it spills
+            hold_spill_min = _cache_bytes(db) // 2
+        w.hold_spill_min = max(1, int(hold_spill_min))
         w.max_age_us = <int64_t>(float(max_age) * 1e6)
         w.signal_bytes = max(0, int(signal_bytes))
         w.hold_limit = -1
