@@ -933,11 +933,11 @@ cdef class Writer:
     batch_bytes: most bytes one group commit takes; queue_bytes: submitters wait while more
     than this is queued; blob_min: values at least this long are written through the blob API;
     hold_spill_min: batches of at least this many bytes are written without SQLite spilling
-    their pages before the commit (None: half the connection's page cache); signal_bytes: submissions through a
-    port (an event loop's, which calls flush() once per turn) wake the thread only once this
-    many bytes of them are queued, or at the flush (0: each at once); touch_sql, touch_every:
-    a statement a group commit runs at most every so many seconds (the file's modification
-    time)."""
+    their pages before the commit (None: half the connection's page cache); signal_bytes:
+    submissions through a port (an event loop's, which calls flush() once per turn) wake the
+    thread only once this many bytes of them are queued, or at the flush (0: each at once);
+    touch_sql, touch_every: a statement a group commit runs at most every so many seconds (the
+    file's modification time)."""
 
     cdef WState* w
     cdef Database db
@@ -958,8 +958,9 @@ cdef class Writer:
 
     def __init__(self, Database db, *, batch_bytes=64 << 20, queue_bytes=256 << 20,
                  blob_min=128 << 10, hold_spill_min=None, touch_sql=None, touch_every=0.5,
-                 max_age=2e-3, signal_bytes=0, checkpoint=False, synchronous=1, checkpoint_pages=256, wal_limit_pages=4096,
-                 wal_after=0, small_bytes=256 << 10, vacuum_pages=256, vacuum_min=16):
+                 max_age=2e-3, signal_bytes=0, checkpoint=False, synchronous=1,
+                 checkpoint_pages=256, wal_limit_pages=4096, wal_after=0, small_bytes=256 << 10,
+                 vacuum_pages=256, vacuum_min=16):
         cdef WState* w
         cdef sqlite3_stmt* stmt = NULL
         cdef bytes sql
