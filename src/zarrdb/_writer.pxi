@@ -98,12 +98,24 @@ cdef struct WState:
     # group commit of hinted submissions: the batch stays open (its writes applied as they
     # come) until the submitters' flush() covers it, at most max_age_us after it began
     int64_t flush_seq
+    # bytes of hinted submissions queued since the thread was last woken: the submitter wakes
+    # it only once they reach signal_bytes (a burst of small writes is taken whole when the
+    # loop flushes, with one wake-up instead of one per write; large ones start at once)
+    int64_t unsignaled_bytes
+    int64_t signal_bytes
     int64_t max_age_us
     # the connection and what the thread runs on it
     sqlite3* db
     sqlite3_stmt** st  # the Database's prepared statements, by Stmt
     sqlite3_stmt* st_touch
     int64_t blob_min
+    # a batch of at least hold_spill_min bytes is written with SQLite's spilling of dirty pages
+    # held back to the cache's pages (spill_pages) plus the batch's; spill_held: the threshold
+    # set for the batch being written (0: SQLite's default)
+    int64_t hold_spill_min
+    int64_t spill_pages
+    int64_t page_size
+    int64_t spill_held
     int64_t touch_every_ms
     int64_t touched_at
     int touch_skipped
@@ -201,12 +213,44 @@ cdef int _begin(WState* w, bint joined) noexcept nogil:
     return _step_done(w.st[<int>S_BEGIN_WRITE])
 
 
+cdef void _hold_spill(WState* w) noexcept nogil:
+    """Before writing a batch larger than about half the page cache: SQLite spills dirty pages
+    to the file once the cache is full, and in a rollback journal every spill after new journal
+    records syncs the journal first (two syncs at synchronous=FULL), several times in a commit;
+    a value larger than the cache spilled its own zero-filled pages before the blob write
+    filled them (which then read them back and wrote them again: 2 bytes written and 1 read
+    per byte of value). Held back to the cache's pages plus the batch's, the batch's pages are
+    written once, by the commit, with one sync of the journal; older dirty pages (an explicit
+    transaction's earlier batches, final) still spill, so the cache grows by the batch at
+    most, and gives the pages back after the commit. (The pragma takes effect as it is
+    compiled, inside a transaction too; its ON/OFF form would wait for the next one.)"""
+    cdef char sql[64]
+    cdef int64_t pages
+    if w.batch_bytes < w.hold_spill_min:
+        return
+    pages = w.spill_pages + w.batch_bytes // (w.page_size - 4) + 16 + w.batch_n
+    if pages <= w.spill_held:
+        return
+    snprintf(sql, sizeof(sql), "PRAGMA cache_spill = %lld", <long long>pages)
+    if sqlite3_exec(w.db, sql, NULL, NULL, NULL) == SQLITE_OK:  # else: spilled as usual
+        w.spill_held = pages
+
+
+cdef void _release_spill(WState* w) noexcept nogil:
+    """After the batch's commit: SQLite's default threshold again (1: spill once the cache is
+    full)."""
+    if w.spill_held:
+        sqlite3_exec(w.db, "PRAGMA cache_spill = 1", NULL, NULL, NULL)
+        w.spill_held = 0
+
+
 cdef int _apply(WState* w, WSub** subs, Py_ssize_t start, Py_ssize_t stop,
                 Py_ssize_t* bad_sub, Py_ssize_t* bad_op) noexcept nogil:
     """Run the operations of subs[start:stop] inside the open transaction."""
     cdef int rc = SQLITE_OK
     cdef Py_ssize_t i, j
     cdef int64_t changes
+    _hold_spill(w)
     for i in range(start, stop):
         changes = 0
         for j in range(subs[i].nops):
@@ -606,7 +650,8 @@ cdef void _writer_main(void* arg) noexcept nogil:
         rc = _end(w, w.batch, w.batch_n, joined, rc, bad_sub, bad_op)
         if rc != SQLITE_OK:
             _retry_alone(w, w.batch, w.batch_n, joined, rc)
-        else:
+        _release_spill(w)
+        if rc == SQLITE_OK:
             _after_commit(w, joined, w.batch_bytes)
         if w.freeing and w.st_vacuum != NULL:
             w.freed = True
@@ -874,12 +919,23 @@ cdef class Port:
             free(self.port)
 
 
+cdef int64_t _cache_bytes(Database db) except -1:
+    """The size of the connection's page cache in bytes (PRAGMA cache_size: pages, or KiB when
+    negative)."""
+    cdef int64_t size = int(db.pragma("cache_size"))
+    return -size * 1024 if size < 0 else size * int(db.pragma("page_size"))
+
+
 @cython.no_gc_clear  # its thread uses the Database until __dealloc__ has stopped it
 cdef class Writer:
     """The write connection of a Database, run by a C thread (see the top of _writer.pxi).
 
     batch_bytes: most bytes one group commit takes; queue_bytes: submitters wait while more
     than this is queued; blob_min: values at least this long are written through the blob API;
+    hold_spill_min: batches of at least this many bytes are written without SQLite spilling
+    their pages before the commit (None: half the connection's page cache); signal_bytes:
+    submissions through a port (an event loop's, which calls flush() once per turn) wake the
+    thread only once this many bytes of them are queued, or at the flush (0: each at once);
     touch_sql, touch_every: a statement a group commit runs at most every so many seconds (the
     file's modification time)."""
 
@@ -901,9 +957,10 @@ cdef class Writer:
         self._joined = _deque()
 
     def __init__(self, Database db, *, batch_bytes=64 << 20, queue_bytes=256 << 20,
-                 blob_min=128 << 10, touch_sql=None, touch_every=0.5, max_age=2e-3,
-                 checkpoint=False, synchronous=1, checkpoint_pages=256, wal_limit_pages=4096,
-                 wal_after=0, small_bytes=256 << 10, vacuum_pages=256, vacuum_min=16):
+                 blob_min=128 << 10, hold_spill_min=None, touch_sql=None, touch_every=0.5,
+                 max_age=2e-3, signal_bytes=0, checkpoint=False, synchronous=1,
+                 checkpoint_pages=256, wal_limit_pages=4096, wal_after=0, small_bytes=256 << 10,
+                 vacuum_pages=256, vacuum_min=16):
         cdef WState* w
         cdef sqlite3_stmt* stmt = NULL
         cdef bytes sql
@@ -929,7 +986,14 @@ cdef class Writer:
         w.queue_max = max(1, int(queue_bytes))
         w.batch_max = max(1, int(batch_bytes))
         w.blob_min = max(1, int(blob_min))
+        w.page_size = int(db.pragma("page_size"))
+        w.spill_pages = max(1, _cache_bytes(db) // w.page_size)
+        if hold_spill_min is None:
+            # the cache takes 90% of its size in dirty pages before it spills
+            hold_spill_min = _cache_bytes(db) // 2
+        w.hold_spill_min = max(1, int(hold_spill_min))
         w.max_age_us = <int64_t>(float(max_age) * 1e6)
+        w.signal_bytes = max(0, int(signal_bytes))
         w.hold_limit = -1
         w.touched_at = -1
         w.touch_every_ms = <int64_t>(float(touch_every) * 1000)
@@ -1079,7 +1143,11 @@ cdef class Writer:
                     if s.txn != 0:
                         s.port = NULL  # nobody waits for it: see _unpin
                     _enqueue_ready(w, s)
-                    zt_cond_signal(&w.work)
+                    if s.hinted and s.txn == 0 and w.unsignaled_bytes + nbytes < w.signal_bytes:
+                        w.unsignaled_bytes += nbytes  # its loop's flush() wakes the thread
+                    else:
+                        w.unsignaled_bytes = 0
+                        zt_cond_signal(&w.work)
                     queued = True
                     break
                 if not block:
@@ -1132,6 +1200,7 @@ cdef class Writer:
             zt_mutex_lock(&w.mu)
             if w.flush_seq < w.next_seq:
                 w.flush_seq = w.next_seq
+                w.unsignaled_bytes = 0
                 zt_cond_signal(&w.work)
             zt_mutex_unlock(&w.mu)
 

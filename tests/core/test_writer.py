@@ -71,6 +71,39 @@ def test_large_values_written_through_the_blob_api_are_exact(writer_db):
     assert types == {("blob",)}
 
 
+def _bytes_written() -> int:
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs Linux's /proc/self/io")
+@pytest.mark.parametrize(("journal", "copies"), [("delete", 1), ("wal", 2)])
+def test_values_larger_than_the_page_cache_are_written_once(tmp_path, journal, copies):
+    """A value larger than the writer's page cache is not spilled to the file zero-filled and
+    then written again: the process writes about one byte per byte of value with a rollback
+    journal (it wrote two, and read one back), two in WAL mode (the log, then SQLite's own
+    checkpoint into the file; it wrote three). Smaller values around it are stored exactly,
+    and once the value is written the page cache spills again as usual."""
+    path = make_db_file(tmp_path / "spill.zarrdb", journal)
+    db = Database(path, cache_size=1024)  # KiB: a 1 MiB page cache
+    big = os.urandom(8 << 20)
+    small = {f"s{i}": os.urandom(200_000) for i in range(8)}
+    writer = Writer(db, blob_min=128 * 1024)
+    try:
+        before = _bytes_written()
+        writer.submit([("set", "big", big)]).wait()
+        written = _bytes_written() - before
+        writer.submit([("set", k, v) for k, v in small.items()]).wait()
+    finally:
+        writer.close()
+    assert written < (copies + 0.25) * len(big), f"{written / len(big):.2f} bytes per byte"
+    # the effective spill threshold: the cache's pages again (suspended, it reads 2**31 - 1)
+    assert db.pragma("cache_spill") < 1 << 20
+    db.close()
+    stored = dict(sqlite_rows(path, "SELECT k, v FROM zarr"))
+    assert stored == {"big": big, **small}
+
+
 def test_a_failing_write_fails_only_its_caller(tmp_path):
     """A trigger (written with the standard-library sqlite3) refuses one key: in a batch with
     other callers' writes, only the caller of that write gets the error; the others are

@@ -13,7 +13,7 @@ The parent checks the files meanwhile. ZARRDB_POWERLOSS_TRACE=1 has the forks pr
 operation and every choice of the simulated disk on stderr.
 
 The report, one line per event, written to a pipe only by the workload's own thread:
-- "I {json}": the trial's settings (page size, where the power goes out, the odds);
+- "I {json}": the trial's settings (page size, cache size, where the power goes out, the odds);
 - "S N ATOMIC NAME {json}": step N (what it does: NAME) is about to run; the json maps every key
   the step changes to the hash of its new value (null: deleted). ATOMIC 1: the step is one
   transaction (all or none of it may survive); 0: each of its keys is written on its own
@@ -82,6 +82,9 @@ class Workload:
             "durability": durability,
             "journal": journal,
             "page_size": self.rng.choice(PAGE_SIZES),
+            # a small page cache in half the trials: values from 128 KiB are then larger than
+            # half of it and written without their pages spilled before they are complete
+            "cache_size": self.rng.choice([None, 256]),
         }
         self.path = path
         self.cut_step = self.rng.randrange(CUT_STEPS)
@@ -129,6 +132,7 @@ class Workload:
             + json.dumps(
                 {
                     "page_size": self.options["page_size"],
+                    "cache_size": self.options["cache_size"],
                     "cut_step": self.cut_step,
                     "cut_after": self.cut_after,
                     "keep": round(self.keep, 4),
