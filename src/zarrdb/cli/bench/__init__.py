@@ -12,7 +12,7 @@ Without options a quick default runs the comparisons a user makes (about a minut
 cores); `--full` is the complete benchmark the documentation quotes. Every argument is
 checked before anything runs.
 
-The harness (`harness`, `workloads`, `report`) is shared with `benchmarks/test_store.py`.
+The harness (`harness`, `workloads`, `cold`, `report`) is shared with `benchmarks/test_store.py`.
 """
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ def tables(
 def caption(ctx: Context) -> str:
     """The lines under the main table: the data sets, what each store keeps after a crash and
     a power loss, how widely the samples spread, and where the reads read from."""
-    lines = [legend(ctx.config) + ".", DURABILITY]
+    lines = [legend(ctx.config, ctx.results.workloads()) + ".", DURABILITY]
     if ctx.config.repeat < 2:
         lines.append("One repetition: no spread is known, the figures vary from run to run.")
     else:
@@ -166,23 +166,25 @@ def caption(ctx: Context) -> str:
     return "\n".join(lines)
 
 
-def legend(cfg: Config) -> str:
-    """What the data sets of the row names are."""
+def legend(cfg: Config, names: list[str] | None = None) -> str:
+    """What the data sets of the row names are (with `names`, those the rows use)."""
     field = f"{cfg.size}x{cfg.size} float32"
-    parts = [
-        f"small = {field} in {cfg.small}x{cfg.small} chunks "
-        f"({size_label(cfg.chunk_bytes('small'))})",
-        f"large = the same in {cfg.large}x{cfg.large} chunks "
-        f"({size_label(cfg.chunk_bytes('large'))})",
-        f"shard = the same in {cfg.shard}x{cfg.shard} shards of {WINDOW}x{WINDOW} chunks "
-        f"({size_label(cfg.chunk_bytes('shard'))})",
-    ]
-    if cfg.cube:
-        parts.append(
-            f"cube = {cfg.cube}^3 uint16 in {cfg.cube_chunk}^3 chunks "
-            f"({size_label(cfg.chunk_bytes('cube'))}), cube-shard in {cfg.cube_chunk}^3 shards "
-            f"of {cfg.cube_inner}^3 chunks, value-N = in values of N"
-        )
+    cube = f"{cfg.cube}^3 uint16"
+    sets = {
+        "small": f"{field} in {cfg.small}x{cfg.small} chunks",
+        "large": f"{field} in {cfg.large}x{cfg.large} chunks",
+        "shard": f"{field} in {cfg.shard}x{cfg.shard} shards of {WINDOW}x{WINDOW} chunks",
+        "cube": f"{cube} in {cfg.cube_chunk}^3 chunks",
+        "cube-shard": f"{cube} in {cfg.cube_chunk}^3 shards of {cfg.cube_inner}^3 chunks",
+    }
+    parts = []
+    for data, text in sets.items():
+        if data.startswith("cube") and not cfg.cube:
+            continue
+        if names is None or any(f" {data}-" in f" {n}" for n in names):
+            parts.append(f"{data} = {text} ({size_label(cfg.chunk_bytes(data))} values)")
+    if cfg.cube and (names is None or any("value-" in n for n in names)):
+        parts.append(f"value-N = {cube} in values of N (stacks of whole planes)")
     return "; ".join(parts)
 
 
@@ -391,7 +393,9 @@ def plot(ctx: Context, path: Path, with_targets: bool = False) -> None:
     height = min(MAX_HEIGHT_PX / DPI, 2.0 + 0.3 * rows)
     font = max(5.0, min(9.0, (height - 2.0) * 72 / rows * 0.55))
     if goals:
-        fig, (ax, gx) = plt.subplots(1, 2, figsize=(18, height), layout="constrained")
+        fig, (ax, gx) = plt.subplots(
+            1, 2, figsize=(18, height), width_ratios=[3, 2], layout="constrained"
+        )
     else:
         fig, ax = plt.subplots(figsize=(11, height), layout="constrained")
     from matplotlib.patches import Patch
@@ -432,13 +436,13 @@ def plot(ctx: Context, path: Path, with_targets: bool = False) -> None:
     handles.append(Patch(facecolor="white", edgecolor="black", hatch="///",
                          label="samples spread > 20%: not to quote alone"))  # fmt: skip
     ax.axvline(1.0, color="black", linewidth=1)
+    ax.set_yticks(range(len(names)), names, fontsize=font)
+    ax.set_ylim(len(names) - 0.5, -0.5)
+    ax.set_xscale("log")  # before the ticks: it sets its own
     ax.xaxis.set_major_locator(FixedLocator(TICKS))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.tick_params(axis="x", which="both", labelsize=font * 0.85)
-    ax.set_yticks(range(len(names)), names, fontsize=font)
-    ax.set_ylim(len(names) - 0.5, -0.5)
-    ax.set_xscale("log")
     ax.set_xlabel(
         "speed relative to the LocalStore of the same durability (log scale, >1 = faster)",
         fontsize="small",
@@ -459,6 +463,6 @@ def plot(ctx: Context, path: Path, with_targets: bool = False) -> None:
             "targets: speed ratio (time ratio where marked <=); black mark = target",
             fontsize="small",
         )
-    fig.suptitle(legend(ctx.config), fontsize="small", wrap=True)
+    fig.suptitle(legend(ctx.config, names), fontsize="small", wrap=True)
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
