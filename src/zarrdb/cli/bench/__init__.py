@@ -91,8 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--full",
         action="store_true",
         help="every workload and store: 4096x4096 float32, a 512^3 uint16 cube in 256^3 "
-        "chunks and shards, values of 1 to 128 MiB, cold reads, 3 repetitions (about 15 minutes on "
-        "two cores); the options below change it further",
+        "chunks and shards, values of 1 to 128 MiB, cold reads, 3 repetitions (about half an "
+        "hour on two shared cores); the options below change it further",
     )
     parser.add_argument(
         "--size", type=_positive("size"), metavar="N",

@@ -332,6 +332,9 @@ def ingest_and_read(
     case.setup()
     ctx.results.record(f"ingest {case.label}", kind.name, "s", timed(case.run), nbytes)
     case.check()
+    if not reads:  # nothing reads it again: the scratch folder need not hold it
+        remove(case.path)
+        ctx.prepared.discard((kind.name, case.label))
     if kind.ingest_only is not None or not reads:
         return
     times = []
