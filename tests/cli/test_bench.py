@@ -8,6 +8,7 @@ a chart that fits a screen."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -237,6 +238,23 @@ def test_page_cache_left_alone_is_said_so(tmp_path):
     assert status is not None and "NOT dropped" in status and reason in status
     missing = harness.PageCache(str(tmp_path / "missing"))
     assert missing.drop() is False and "no " in (missing.status() or "")
+
+
+def test_cold_option_drops_the_cache_before_each_full_read_or_says_why_not(tmp_path):
+    """With --cold the full reads start from a dropped page cache where that can be done, and
+    the caption says which it was; without it, that the reads were warm."""
+    args = bench_parser().parse_args(["--cold"])
+    assert bench.config_from_args(args).cold
+    cfg = dataclasses.replace(TINY, cold=True)
+    kind = kinds("zarrdb")[0]
+    ctx = workloads.Context(cfg, tmp_path, [kind])
+    workloads.ingest_and_read(ctx, kind, "large", False)
+    assert ("read large-raw", "zarrdb") in ctx.results
+    status = ctx.page_cache.status()
+    assert status is not None and status.startswith("cold reads: the OS page cache was")
+    assert status in report.caption(ctx) and "warm OS page cache" not in report.caption(ctx)
+    warm = workloads.Context(TINY, tmp_path / "warm", [kind])
+    assert warm.page_cache.status() is None and "warm OS page cache" in report.caption(warm)
 
 
 def test_bench_notices_wrong_data(tmp_path):

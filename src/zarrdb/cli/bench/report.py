@@ -394,7 +394,7 @@ def plot(ctx: Context, path: Path, with_targets: bool = False) -> None:
     font = max(5.0, min(9.0, (height - 2.0) * 72 / rows * 0.55))
     if goals:
         fig, (ax, gx) = plt.subplots(
-            1, 2, figsize=(18, height), width_ratios=[3, 2], layout="constrained"
+            1, 2, figsize=(17, height), width_ratios=[3, 2], layout="constrained"
         )
     else:
         fig, ax = plt.subplots(figsize=(11, height), layout="constrained")

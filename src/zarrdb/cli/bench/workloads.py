@@ -425,6 +425,7 @@ def single_calls(ctx: Context, kind: StoreKind) -> None:
             get_s = await _async_loop(lambda i: store.get(f"raw{size}/{i}", prototype=proto), n)
             return set_s, get_s
 
+        settle()
         set_s, get_s = run_async(calls())
         record(f"async set {name}", kind.name, "us/op", set_s / n * 1e6)
         record(f"async get {name}", kind.name, "us/op", get_s / n * 1e6)
