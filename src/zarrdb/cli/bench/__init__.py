@@ -2,13 +2,17 @@
 
 Every workload runs against every store in one process, the stores in turn within each
 repetition (reversed on odd ones) so that a slow phase of a noisy machine hits all of them
-alike; the table shows medians and each store's speed relative to LocalStore, and a second
-table each of the project's targets against the reference it names.
+alike, each measured repetition after a `sync`. The main table shows zarrdb's two
+durabilities beside LocalStore with and without an fsync (medians, the speed relative to the
+counterpart of the same durability, the spread of the samples where it is too wide to quote
+the median alone); a second table the other stores against LocalStore; with `--targets`, a
+third each of the project's targets against the reference it names.
 
-Without options a quick default runs (about a minute on two cores); `--full` is the complete
-benchmark the documentation quotes. Every argument is checked before anything runs.
+Without options a quick default runs the comparisons a user makes (about a minute on two
+cores); `--full` is the complete benchmark the documentation quotes. Every argument is
+checked before anything runs.
 
-The harness (`harness`, `workloads`, `report`) is shared with `benchmarks/test_store.py`.
+The harness (`harness`, `workloads`, `cold`, `report`) is shared with `benchmarks/test_store.py`.
 """
 
 from __future__ import annotations
@@ -32,15 +36,16 @@ from zarrdb.cli.bench.harness import (
     others_cpu_share,
     round_robin,
 )
-from zarrdb.cli.bench.workloads import Config, Context, all_workloads
+from zarrdb.cli.bench.workloads import PAIRS, Config, Context, Workload, all_workloads
 from zarrdb.cli.common import new_file
 from zarrdb.cli.framework import EXIT_OK, BadInput
 
-# The quick default: every workload, on data sets small enough for about a minute.
+# The quick default: the comparisons a user makes (Workload.demo), on data sets small enough
+# for about a minute; its sizes serve --targets too.
 QUICK = Config(
-    size=1024, cube=256, cube_chunk=128, repeat=1, windows=100, list_children=200,
-    list_keys_per_child=25, hierarchy_arrays=100, threads=(2,), shard_sizes=(512, 1024),
-    single_calls=300,
+    size=1024, shard=512, cube=256, cube_chunk=128, cube_inner=32, values_mib=(1, 4, 32),
+    repeat=3, windows=100, list_children=200, list_keys_per_child=25, hierarchy_arrays=100,
+    threads=(2,), shard_sizes=(512, 1024), single_calls=300,
 )  # fmt: skip
 FULL = Config()  # 4096^2 float32, a 512^3 uint16 cube in 32 MiB chunks, 3 repetitions
 
@@ -85,8 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--full",
         action="store_true",
-        help="the complete benchmark: 4096x4096 float32, a 512^3 uint16 cube in 256^3 chunks, "
-        "3 repetitions (8 to 9 minutes on two cores); the options below change it further",
+        help="every workload and store: 4096x4096 float32, a 512^3 uint16 cube in 256^3 "
+        "chunks and shards, values of 1 to 128 MiB, cold reads, 3 repetitions (about half an "
+        "hour on two shared cores); the options below change it further",
     )
     parser.add_argument(
         "--size", type=_positive("size"), metavar="N",
@@ -130,8 +136,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--targets", action="store_true",
-        help="only the workloads and stores the project's targets compare (raw ingest, "
-        "sharded windows, gathered sets; zarrdb and its variants, local, local-fsync, memory)",
+        help="the project's targets: only the workloads and stores they compare (small-chunk "
+        "ingest, values of 1 to 128 MiB, sharded ingest and reads, gathered sets), and a "
+        "table and chart panel of each target's ratio",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cold", action="store_true",
+        help="drop the OS page cache before each full read (needs root; said so otherwise); "
+        "the cold reads of --full always try",
     )  # fmt: skip
     parser.add_argument("--dir", type=Path, help="scratch folder (default: a temporary one)")
     parser.add_argument("--quiet", action="store_true", help="no progress")
@@ -163,12 +175,19 @@ def config_from_args(args: argparse.Namespace) -> Config:
     if args.repeat:
         cfg.repeat = args.repeat
     cfg.shard_sizes = tuple(s for s in base.shard_sizes if s <= cfg.size)
+    if cfg.size % cfg.shard:
+        cfg.shard = cfg.large
+    if cfg.cube and cfg.cube_chunk % cfg.cube_inner:
+        cfg.cube_inner = cfg.cube_chunk
+    cfg.cold = bool(getattr(args, "cold", False))
     return cfg
 
 
 # What --targets runs: the workloads the targets name (report.targets) and their stores.
-TARGET_WORKLOADS = ("ingest/read small-raw", "ingest/read large-raw", "ingest/read cube-raw",
-                    "windows shard-", "gathered set")  # fmt: skip
+TARGET_WORKLOADS = (
+    "ingest/read small-raw", "ingest/read shard-raw", "ingest/read cube-", "cold reads cube",
+    "ingest value-", "windows shard-", "gathered set",
+)  # fmt: skip
 TARGET_STORES = ("zarrdb", "zarrdb-txn", "zarrdb-off", "local", "local-fsync", "memory")
 
 
@@ -177,6 +196,8 @@ def _kinds(args: argparse.Namespace) -> list[StoreKind]:
     if args.stores is None:
         if args.targets:
             return [k for k in kinds if k.name in TARGET_STORES]
+        if not args.full:
+            return [k for k in kinds if k.name in PAIRS]
         return kinds
     known = {k.name: k for k in kinds}
     names = [n.strip() for n in args.stores.split(",") if n.strip()]
@@ -234,21 +255,25 @@ def run(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         since = machine_counters()
         only = TARGET_WORKLOADS if args.targets else None
-        ctx = run_workloads(cfg, kinds, root, progress=not args.quiet, only=only)
+        demo = not (args.full or args.targets)
+        ctx = run_workloads(cfg, kinds, root, progress=not args.quiet, only=only, demo=demo)
         conditions = {
             "seconds": round(time.perf_counter() - started, 1),
             "others_cpu_share": others_cpu_share(since),
         }
-    report.print_tables(ctx)
+    report.print_tables(ctx, args.targets)
     print(f"({conditions['seconds']:.0f} s)")
+    if demo:
+        print("`zarrdb bench --full` runs every workload and store; `--targets`, the targets")
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_json(ctx, conditions), indent=1))
         print(f"samples and environment written to {args.json}")
     if args.markdown:
-        Path(args.markdown).write_text(report.markdown_report(ctx, conditions, args.full))
+        text = report.markdown_report(ctx, conditions, args.full, args.targets)
+        Path(args.markdown).write_text(text)
         print(f"Markdown tables written to {args.markdown}")
     if args.plot:
-        report.plot(ctx, Path(args.plot))
+        report.plot(ctx, Path(args.plot), args.targets)
         print(f"chart written to {args.plot}")
     return EXIT_OK
 
@@ -259,15 +284,18 @@ def run_workloads(
     root: Path,
     progress: bool = True,
     only: tuple[str, ...] | None = None,
+    demo: bool = False,
 ) -> Context:
-    """Every workload (or those whose names start with one of `only`), each repetition
-    running the stores that take part in turn."""
+    """Every workload (or those whose names start with one of `only`; with `demo`, those of
+    the default run), each repetition running the stores that take part in turn."""
     ctx = Context(cfg, root, kinds)
-    steps = []
+    steps: list[tuple[Workload, int, StoreKind]] = []
     for workload in all_workloads(cfg):
         if only is not None and not workload.name.startswith(only):
             continue
-        taking_part = [k for k in kinds if k.runs(workload.family, workload.data)]
+        if demo and not workload.demo:
+            continue
+        taking_part = [k for k in kinds if workload.takes(k)]
         steps += [(workload, rep, kind) for rep, kind in round_robin(taking_part, cfg.repeat)]
     with _progress(progress, len(steps)) as advance:
         for workload, rep, kind in steps:

@@ -37,8 +37,9 @@ class StoreKind:
 
     `writing(store)` wraps the timed writes of an ingest (a transaction, say); `finish(path)`
     runs after the store is closed and is timed with the ingest (an fsync, say). A kind with
-    `ingest_only` set runs only the ingests of those data sets ("small", "large", "cube"): a
-    variant of another kind whose reads would be the same."""
+    `ingest_only` set runs only the ingests of those data sets ("small", "large", ...; `ALL`:
+    every ingest): a variant of another kind whose reads would be the same. `title` names
+    the kind in tables and charts."""
 
     name: str
     make: Callable[[Path, bool], Any]  # (path, read_only) -> store
@@ -49,6 +50,7 @@ class StoreKind:
     )
     finish: Callable[[Path], None] | None = None
     ingest_only: frozenset[str] | None = None
+    title: str = ""
 
     def path(self, root: Path, label: str) -> Path:
         return root / f"{self.name}-{label}{self.suffix}"
@@ -57,7 +59,10 @@ class StoreKind:
         """Whether this kind takes part in a workload of `family` on the data set `data`."""
         if self.ingest_only is None:
             return True
-        return family == "ingest" and data in self.ingest_only
+        return family == "ingest" and (ALL in self.ingest_only or data in self.ingest_only)
+
+
+ALL = "*"  # in StoreKind.ingest_only: the ingests of every data set
 
 
 def fsync_tree(root: Path) -> None:
@@ -112,7 +117,11 @@ def all_store_kinds() -> list[StoreKind]:
 
     kinds = [
         StoreKind(
-            "zarrdb", lambda p, ro: SQLiteStore(p, read_only=ro), ".zarrdb", "SQLiteStore, defaults"
+            "zarrdb",
+            lambda p, ro: SQLiteStore(p, read_only=ro),
+            ".zarrdb",
+            "SQLiteStore, defaults",
+            title="zarrdb (default)",
         ),
         StoreKind(
             "zarrdb-txn",
@@ -126,14 +135,16 @@ def all_store_kinds() -> list[StoreKind]:
             "zarrdb-off",
             lambda p, ro: SQLiteStore(p, read_only=ro, durability="off"),
             ".zarrdb",
-            'SQLiteStore(durability="off"), the large-chunk ingests',
-            ingest_only=frozenset({"large", "cube"}),
+            'SQLiteStore(durability="off"), the ingests',
+            ingest_only=frozenset({ALL}),
+            title='zarrdb durability="off"',
         ),
         StoreKind(
             "local",
             lambda p, ro: LocalStore(p, read_only=ro),
             ".zarr",
             "zarr's LocalStore (no fsync)",
+            title="LocalStore",
         ),
         StoreKind(
             "local-fsync",
@@ -141,7 +152,8 @@ def all_store_kinds() -> list[StoreKind]:
             ".zarr",
             "LocalStore, then fsync of every file and directory it wrote (timed with the ingest)",
             finish=fsync_tree,
-            ingest_only=frozenset({"small", "large", "cube"}),
+            ingest_only=frozenset({ALL}),
+            title="LocalStore + fsync",
         ),
         StoreKind(
             "zip", lambda p, ro: ZipStore(p, mode="r" if ro else "w"), ".zip", "zarr's ZipStore"
@@ -216,6 +228,22 @@ class Result:
     def median(self) -> float:
         return statistics.median(self.samples)
 
+    @property
+    def spread(self) -> float | None:
+        """(largest - smallest sample) / median; None with fewer than two samples."""
+        if len(self.samples) < 2 or self.median == 0:
+            return None
+        return (max(self.samples) - min(self.samples)) / self.median
+
+    @property
+    def flagged(self) -> bool:
+        """Whether the samples spread too widely for the median to be quoted alone."""
+        spread = self.spread
+        return spread is not None and spread > MAX_SPREAD
+
+
+MAX_SPREAD = 0.2  # a figure whose samples spread more than this is flagged
+
 
 class Results(dict[tuple[str, str], Result]):
     """Results by (workload, store), in the order they were first recorded."""
@@ -233,12 +261,63 @@ class Results(dict[tuple[str, str], Result]):
 
 
 def timed(fn: Callable[[], Any]) -> float:
-    """Seconds `fn()` takes, after a garbage collection (so no collection of earlier garbage
-    lands inside the sample)."""
-    gc.collect()
+    """Seconds `fn()` takes, after a `sync` (so no write-back of what ran before lands inside
+    the sample) and a garbage collection (nor a collection of earlier garbage)."""
+    settle()
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
+
+
+def settle() -> None:
+    """What every measured repetition starts from: dirty pages written back (`sync`, where the
+    system has it) and earlier garbage collected."""
+    if hasattr(os, "sync"):
+        os.sync()
+    gc.collect()
+
+
+class PageCache:
+    """Dropping the OS page cache before a cold read: `sync`, then writing 3 to
+    /proc/sys/vm/drop_caches, which only root can do, on Linux. The first attempt decides:
+    where it fails, cold reads read what the cache holds, and `status` says so."""
+
+    PATH = "/proc/sys/vm/drop_caches"
+
+    def __init__(self, path: str = PATH) -> None:
+        self.path = path
+        self.works: bool | None = None
+        self.why = ""
+
+    def drop(self) -> bool:
+        """Drop the cache; whether it was dropped."""
+        if self.works is False:
+            return False
+        if not hasattr(os, "geteuid") or not os.path.exists(self.path):
+            self.works, self.why = False, f"no {self.path} on this system"
+            return False
+        if os.geteuid() != 0:
+            self.works, self.why = False, "not running as root"
+            return False
+        os.sync()
+        try:
+            with open(self.path, "w") as f:
+                f.write("3\n")
+        except OSError as exc:
+            self.works, self.why = False, f"{self.path}: {exc.strerror or exc}"
+            return False
+        self.works = True
+        return True
+
+    def status(self) -> str | None:
+        """A sentence on what the cold reads read from; None if none ran."""
+        if self.works is None:
+            return None
+        if self.works:
+            return "cold reads: the OS page cache was dropped before each (sync, then " \
+                f"{self.path})"
+        return f"cold reads: the OS page cache was NOT dropped ({self.why}); they read " \
+            "whatever the cache held"
 
 
 def run_async(coroutine: Coroutine[Any, Any, T]) -> T:

@@ -25,12 +25,14 @@ import zarr.codecs
 from zarr.buffer import default_buffer_prototype
 
 from zarrdb.cli.bench.harness import (
+    PageCache,
     Results,
     StoreKind,
     close,
     in_threads,
     remove,
     run_async,
+    settle,
     synthetic_cube,
     synthetic_field,
     timed,
@@ -45,8 +47,12 @@ class Config:
     size: int = 4096  # edge of the float32 field
     small: int = 64  # small chunk edge (64: 16 KiB)
     large: int = 512  # large chunk edge (512: 1 MiB)
+    shard: int = 1024  # edge of the field's shards (of 64x64 chunks) in the sharded ingest
     cube: int = 512  # edge of the uint16 volume (0: none)
-    cube_chunk: int = 256  # its chunk edge (256: 32 MiB)
+    cube_chunk: int = 256  # its chunk edge (256: 32 MiB), and its shards' edge
+    cube_inner: int = 32  # the edge of the chunks inside the cube's shards
+    values_mib: tuple[int, ...] = (1, 4, 32, 128)  # values of these sizes, cut from the cube
+    cold: bool = False  # drop the OS page cache before each full read (root only)
     repeat: int = 3
     windows: int = 200
     list_children: int = 200
@@ -57,8 +63,40 @@ class Config:
     single_calls: int = 2000  # store.get/set calls per sample
 
     def chunk_bytes(self, data: str) -> int:
-        edge = {"small": self.small, "large": self.large, "cube": self.cube_chunk}[data]
-        return edge**3 * 2 if data == "cube" else edge * edge * 4
+        """Bytes of one value (a chunk, or a shard) of the data set `data`."""
+        layout = self.layouts()[data]
+        item = 2 if layout.cube else 4
+        return int(np.prod(layout.shards or layout.chunks)) * item
+
+    def layouts(self) -> dict[str, Layout]:
+        """The data sets an ingest writes, by name: the float32 field in small and large
+        chunks and in shards, the uint16 cube in chunks and in shards, and the cube in values
+        of each of `values_mib` (stacks of whole planes)."""
+        out = {
+            "small": Layout(False, (self.small, self.small)),
+            "large": Layout(False, (self.large, self.large)),
+            "shard": Layout(False, (WINDOW, WINDOW), (self.shard, self.shard)),
+        }
+        if self.cube:
+            edge, inner = self.cube_chunk, self.cube_inner
+            out["cube"] = Layout(True, (edge,) * 3)
+            out["cube-shard"] = Layout(True, (inner,) * 3, (edge,) * 3)
+            plane = self.cube * self.cube * 2
+            for mib in self.values_mib:
+                planes, rest = divmod(mib << 20, plane)
+                if planes and not rest and planes <= self.cube:
+                    out[f"value-{mib}MiB"] = Layout(True, (planes, self.cube, self.cube))
+        return out
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a data set is cut: the field (float32, 2-D) or the cube (uint16, 3-D), its chunks,
+    and the shards holding them (None: every chunk is a value of its own)."""
+
+    cube: bool
+    chunks: tuple[int, ...]
+    shards: tuple[int, ...] | None = None
 
 
 def size_label(nbytes: int) -> str:
@@ -72,6 +110,7 @@ class Context:
     kinds: list[StoreKind]
     results: Results = field(default_factory=Results)
     prepared: set[tuple[str, str]] = field(default_factory=set)  # (store, data set) written
+    page_cache: PageCache = field(default_factory=PageCache)
 
     @functools.cached_property
     def field(self) -> np.ndarray:
@@ -82,7 +121,7 @@ class Context:
         return synthetic_cube(self.config.cube)
 
     def data(self, name: str) -> np.ndarray:
-        return self.cube if name == "cube" else self.field
+        return self.cube if self.config.layouts()[name].cube else self.field
 
     def written(self, kind: StoreKind, label: str, fill: Callable[[Any], None]) -> Path:
         """The path of the data set `label` of `kind`, written by `fill(store)` the first time
@@ -99,17 +138,32 @@ class Context:
         return path
 
 
+CODECS = ("raw", "zstd", "blosc")
+
+
 def create_array(
-    store: Any, data: np.ndarray, chunks: int, compressed: bool, shards: int | None = None
+    store: Any,
+    data: np.ndarray,
+    chunks: int | tuple[int, ...],
+    compressed: bool | str,
+    shards: int | tuple[int, ...] | None = None,
 ) -> zarr.Array[Any]:
+    """A new array for `data`; `compressed` is True (zstd), False (raw) or a name of CODECS
+    (blosc: zstd level 1 with bit shuffling)."""
     ndim = data.ndim
+    codec = compressed if isinstance(compressed, str) else ("zstd" if compressed else "raw")
+    compressors: Any = {
+        "raw": None,
+        "zstd": zarr.codecs.ZstdCodec(level=1),
+        "blosc": zarr.codecs.BloscCodec(cname="zstd", clevel=1, shuffle="bitshuffle"),
+    }[codec]
     return zarr.create_array(
         store,
         shape=data.shape,
-        chunks=(chunks,) * ndim,
-        shards=None if not shards else (shards,) * ndim,
+        chunks=(chunks,) * ndim if isinstance(chunks, int) else chunks,
+        shards=(shards,) * ndim if isinstance(shards, int) else shards,
         dtype=data.dtype,
-        compressors=zarr.codecs.ZstdCodec(level=1) if compressed else None,
+        compressors=compressors,
         fill_value=0,
     )
 
@@ -121,24 +175,31 @@ class Ingest:
     """`arr[:] = data` into a new store, then closing it (a store may defer work to close: it
     counts), then the kind's finish (an fsync)."""
 
-    def __init__(self, ctx: Context, kind: StoreKind, data: str, compressed: bool) -> None:
+    def __init__(
+        self, ctx: Context, kind: StoreKind, data: str, compressed: bool | str = False
+    ) -> None:
         self.ctx, self.kind, self.data_name = ctx, kind, data
-        self.compressed = compressed
-        self.label = f"{data}-{'zstd' if compressed else 'raw'}"
+        self.codec = compressed if isinstance(compressed, str) else (
+            "zstd" if compressed else "raw"
+        )  # fmt: skip
+        self.label = f"{data}-{self.codec}"
         self.path = kind.path(ctx.root, self.label)
-        cfg = ctx.config
-        self.chunks = {"small": cfg.small, "large": cfg.large, "cube": cfg.cube_chunk}[data]
+        self.layout = ctx.config.layouts()[data]
+
+    @property
+    def data(self) -> np.ndarray:
+        return self.ctx.cube if self.layout.cube else self.ctx.field
 
     def setup(self) -> None:
         remove(self.path)
         self.store = self.kind.make(self.path, False)
         self.arr = create_array(
-            self.store, self.ctx.data(self.data_name), self.chunks, self.compressed
+            self.store, self.data, self.layout.chunks, self.codec, self.layout.shards
         )
 
     def run(self) -> None:
         with self.kind.writing(self.store):
-            self.arr[:] = self.ctx.data(self.data_name)
+            self.arr[:] = self.data
         close(self.store)
         if self.kind.finish is not None:
             self.kind.finish(self.path)
@@ -147,9 +208,7 @@ class Ingest:
         """Read everything back (this also brings the file into the OS page cache)."""
         store = self.kind.make(self.path, True)
         try:
-            if not np.array_equal(
-                zarr.open_array(store, mode="r")[:], self.ctx.data(self.data_name)
-            ):
+            if not np.array_equal(zarr.open_array(store, mode="r")[:], self.data):
                 raise AssertionError(
                     f"{self.kind.name}: {self.label} read back differs from what was written"
                 )
@@ -159,15 +218,19 @@ class Ingest:
 
 
 class FullRead:
-    """`arr[:]` by a newly opened read-only store, from a warm OS page cache."""
+    """`arr[:]` by a newly opened read-only store, from a warm OS page cache (or, with
+    `cold`, after dropping it where that can be done)."""
 
-    def __init__(self, ctx: Context, kind: StoreKind, label: str) -> None:
+    def __init__(self, ctx: Context, kind: StoreKind, label: str, cold: bool = False) -> None:
         self.kind, self.path = kind, kind.path(ctx.root, label)
+        self.page_cache = ctx.page_cache if cold else None
 
     store: Any = None
 
     def setup(self) -> None:
         self.teardown()  # the store of the round before
+        if self.page_cache is not None:
+            self.page_cache.drop()
         self.store = self.kind.make(self.path, True)
         self.arr = zarr.open_array(self.store, mode="r")
 
@@ -257,20 +320,26 @@ class GatheredSet:
 # --- the workloads of `zarrdb bench` -------------------------------------------------------------
 
 
-def ingest_and_read(ctx: Context, kind: StoreKind, data: str, compressed: bool) -> None:
+def ingest_and_read(
+    ctx: Context, kind: StoreKind, data: str, compressed: bool | str, reads: bool = True
+) -> None:
     """The ingest, its check (which warms the OS page cache) and, unless the kind only
-    ingests, full reads: a read sample is the median of three, each by a new store (a full
-    read is short enough for one slow spell of a shared machine to double it)."""
+    ingests or `reads` is false, full reads: a read sample is the median of three, each by a
+    new store (a full read is short enough for one slow spell of a shared machine to double
+    it). With `Config.cold` each read starts from a dropped page cache."""
     case = Ingest(ctx, kind, data, compressed)
-    nbytes = ctx.data(data).nbytes
+    nbytes = case.data.nbytes
     case.setup()
     ctx.results.record(f"ingest {case.label}", kind.name, "s", timed(case.run), nbytes)
     case.check()
-    if kind.ingest_only is not None:
+    if not reads:  # nothing reads it again: the scratch folder need not hold it
+        remove(case.path)
+        ctx.prepared.discard((kind.name, case.label))
+    if kind.ingest_only is not None or not reads:
         return
     times = []
     for _ in range(READS_PER_SAMPLE):
-        read = FullRead(ctx, kind, case.label)
+        read = FullRead(ctx, kind, case.label, cold=ctx.config.cold)
         read.setup()
         times.append(timed(read.run))
         read.teardown()
@@ -356,6 +425,7 @@ def single_calls(ctx: Context, kind: StoreKind) -> None:
             get_s = await _async_loop(lambda i: store.get(f"raw{size}/{i}", prototype=proto), n)
             return set_s, get_s
 
+        settle()
         set_s, get_s = run_async(calls())
         record(f"async set {name}", kind.name, "us/op", set_s / n * 1e6)
         record(f"async get {name}", kind.name, "us/op", get_s / n * 1e6)
@@ -428,30 +498,95 @@ def open_hierarchy(ctx: Context, kind: StoreKind) -> None:
     close(store)
 
 
+def one_get(ctx: Context, kind: StoreKind) -> None:
+    """One `store.get` of a 16 KiB value through zarr's async API, on a store opened for
+    reading: the latency of a call, the median over `single_calls` distinct keys."""
+    n = ctx.config.single_calls
+    value = default_buffer_prototype().buffer.from_bytes(os.urandom(16384))
+
+    async def fill(store: Any) -> None:
+        for i in range(0, n, 500):
+            await asyncio.gather(*(store.set(f"v/{k}", value) for k in range(i, min(n, i + 500))))
+
+    store = kind.make(ctx.written(kind, "get", lambda s: run_async(fill(s))), True)
+    proto = default_buffer_prototype()
+
+    async def gets() -> list[float]:
+        out = []
+        for i in range(n):
+            start = time.perf_counter()
+            got = await store.get(f"v/{i}", prototype=proto)
+            out.append(time.perf_counter() - start)
+            if got is None or len(got) != len(value):
+                raise AssertionError(f"{kind.name}: v/{i} missing or cut")
+        return out
+
+    try:
+        settle()
+        latencies = run_async(gets())
+    finally:
+        close(store)
+    ctx.results.record("get 16 KiB", kind.name, "us/op", statistics.median(latencies) * 1e6)
+
+
+# The stores of the comparisons a user makes: zarrdb's two durabilities and LocalStore with
+# and without an fsync.
+PAIRS = ("zarrdb", "zarrdb-off", "local", "local-fsync")
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
     family: str  # "ingest" or "other": which kinds take part (StoreKind.runs)
     data: str | None
     run: Callable[[Context, StoreKind], None]
+    stores: tuple[str, ...] | None = None  # only these kinds (None: all that take part)
+    demo: bool = False  # part of the default run (the comparisons a user makes)
+
+    def takes(self, kind: StoreKind) -> bool:
+        """Whether `kind` takes part in this workload."""
+        if self.stores is not None and kind.name not in self.stores:
+            return False
+        return kind.runs(self.family, self.data)
 
 
 def all_workloads(cfg: Config) -> list[Workload]:
+    """Every workload of `--full`, in the order they run (those marked `demo` are the
+    default run's)."""
+    layouts = cfg.layouts()
     out: list[Workload] = []
-    sets = [("small", cfg.small), ("large", cfg.large)] + (
-        [("cube", cfg.cube_chunk)] if cfg.cube else []
-    )
-    for data, _ in sets:
-        for compressed in (False, True) if data != "cube" else (False,):
-            label = f"{data}-{'zstd' if compressed else 'raw'}"
-            run = functools.partial(_ingest_and_read, data=data, compressed=compressed)
-            out.append(Workload(f"ingest/read {label}", "ingest", data, run))
+
+    def ingest(data: str, codec: str, demo: bool = False, reads: bool = True,
+               stores: tuple[str, ...] | None = None) -> None:  # fmt: skip
+        run = functools.partial(_ingest_and_read, data=data, compressed=codec, reads=reads)
+        what = "ingest/read" if reads else "ingest"
+        out.append(Workload(f"{what} {data}-{codec}", "ingest", data, run, stores, demo))
+
+    ingest("small", "raw", demo=True)
+    ingest("small", "zstd")
+    ingest("large", "raw", demo=True)
+    ingest("large", "zstd")
+    ingest("shard", "raw", demo=True)
+    if "cube" in layouts:
+        ingest("cube", "raw", demo=True)
+        # 32,768 inner chunks a run, zarr's encoding dominates: the four stores compared only
+        ingest("cube-shard", "raw", stores=PAIRS)
+        ingest("cube-shard", "blosc", stores=PAIRS)
+        for data in ("cube", "cube-shard"):
+            for codec in ("raw", "blosc") if data == "cube-shard" else ("raw",):
+                run = functools.partial(_cold_reads, data=data, codec=codec)
+                name = f"cold reads {data}-{codec}"
+                out.append(Workload(name, "other", data, run, ("zarrdb", "local")))
+        for data in (d for d in layouts if d.startswith("value-")):
+            for codec in ("raw", "zstd"):
+                ingest(data, codec, reads=False, stores=PAIRS)
     out.append(
         Workload(
             "windows",
             "other",
             None,
             lambda c, k: random_windows(c, k, "small", c.config.small, None),
+            demo=True,
         )
     )
     for shard in cfg.shard_sizes:
@@ -460,15 +595,25 @@ def all_workloads(cfg: Config) -> list[Workload]:
         out.append(Workload(f"windows {label}", "other", None, run))
     for n in cfg.threads:
         out.append(Workload(f"{n} threads", "other", None, functools.partial(_threads, n=n)))
+    out.append(Workload("get", "other", None, one_get, demo=True))
     out.append(Workload("single calls", "other", None, single_calls))
     out.append(Workload("gathered set", "other", None, gathered_set))
-    out.append(Workload("listing", "other", None, listing))
+    out.append(Workload("listing", "other", None, listing, demo=True))
     out.append(Workload("hierarchy", "other", None, open_hierarchy))
     return out
 
 
-def _ingest_and_read(ctx: Context, kind: StoreKind, *, data: str, compressed: bool) -> None:
-    ingest_and_read(ctx, kind, data, compressed)
+def _ingest_and_read(
+    ctx: Context, kind: StoreKind, *, data: str, compressed: str, reads: bool
+) -> None:
+    ingest_and_read(ctx, kind, data, compressed, reads)
+
+
+def _cold_reads(ctx: Context, kind: StoreKind, *, data: str, codec: str) -> None:
+    from zarrdb.cli.bench.cold import cold_reads  # it builds on this module
+
+    if (kind.name, f"{data}-{codec}") in ctx.prepared:
+        cold_reads(ctx, kind, data, codec)
 
 
 def _windows(ctx: Context, kind: StoreKind, *, label: str, shard: int) -> None:
