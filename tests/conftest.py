@@ -8,11 +8,17 @@ for the rest of the process, and the tests that fork() want a process of one thr
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from remote.servers import HTTPServer, S3Server
 from zarrdb import remote
 
+
+# `zarrdb bench`'s cold reads run in the tests, where dropping the machine's page cache would
+# slow every other program (and the other half of a parallel run).
+os.environ["ZARRDB_BENCH_KEEP_PAGE_CACHE"] = "1"
 
 SERVERS = frozenset({"s3_server", "http_server"})
 

@@ -280,7 +280,9 @@ def settle() -> None:
 class PageCache:
     """Dropping the OS page cache before a cold read: `sync`, then writing 3 to
     /proc/sys/vm/drop_caches, which only root can do, on Linux. The first attempt decides:
-    where it fails, cold reads read what the cache holds, and `status` says so."""
+    where it fails, cold reads read what the cache holds, and `status` says so. With
+    ZARRDB_BENCH_KEEP_PAGE_CACHE=1 in the environment it is never dropped (the test suite sets
+    it: a drop slows every other program on the machine)."""
 
     PATH = "/proc/sys/vm/drop_caches"
 
@@ -292,6 +294,9 @@ class PageCache:
     def drop(self) -> bool:
         """Drop the cache; whether it was dropped."""
         if self.works is False:
+            return False
+        if os.environ.get("ZARRDB_BENCH_KEEP_PAGE_CACHE", "") not in ("", "0"):
+            self.works, self.why = False, "ZARRDB_BENCH_KEEP_PAGE_CACHE is set"
             return False
         if not hasattr(os, "geteuid") or not os.path.exists(self.path):
             self.works, self.why = False, f"no {self.path} on this system"
