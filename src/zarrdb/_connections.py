@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import tempfile
 import threading
 import time
@@ -378,28 +377,6 @@ class Connections:
                 )
         finally:
             db.close()
-
-
-def unwind_on_sigterm() -> None:
-    """SIGTERM (kill, a scheduler ending a job) ends a Python process at once, without its
-    exit handlers, which close the stores still open: a file would stay in WAL mode or with a
-    journal beside it. Where the program has not chosen what SIGTERM does (the default
-    action), make it end the program the way an unhandled exception does (SystemExit, status
-    128 + 15, as a shell reports), so that the exit handlers run. Only the main thread may set
-    a handler (a store made in another thread leaves the default as it is)."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    try:
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return  # the program's own handler (or SIG_IGN): its choice
-
-        def terminate(signum: int, frame: object) -> None:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
-            raise SystemExit(128 + signum)
-
-        signal.signal(signal.SIGTERM, terminate)
-    except (ValueError, OSError, AttributeError):  # no SIGTERM here, or not allowed
-        pass
 
 
 # Closing waits this long (seconds) for a read still running in another thread to end before it

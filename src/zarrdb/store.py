@@ -27,7 +27,6 @@ from zarrdb._connections import (
     DEFAULT_CACHE_KIB,
     DEFAULT_MMAP_BYTES,
     Connections,
-    unwind_on_sigterm,
 )
 from zarrdb._file_ops import FileOperations
 from zarrdb._reading import Reads
@@ -195,10 +194,6 @@ class SQLiteStore(FileOperations, Reads, Store):
         }
         self._conns: Connections | None = None
         self._closer: weakref.finalize[[], SQLiteStore] | None = None
-        if not self.read_only:
-            # So that SIGTERM, too, leaves the file whole (see unwind_on_sigterm): made here,
-            # in the caller's thread (zarr opens stores on its own event-loop thread).
-            unwind_on_sigterm()
         self._open_lock = threading.Lock()
         # A remote store's read threads (made at the first read; see remote.ReadPool).
         self._pool: _remote.ReadPool | None = None
