@@ -103,15 +103,13 @@ if (
 ):  # pragma: no cover - a build against an SQLite with other codes
     raise ImportError("zarrdb.errors' SQLite result codes do not match the SQLite built in")
 
-# Values at least this long are copied with the GIL released; below it the copy is cheaper
-# than giving the GIL away and taking it back.
-DEF _NOGIL_COPY = 65536
 # Values at least this long are read with the blob API (no intermediate copy inside SQLite).
 DEF _BLOB_READ_MIN = 65536
 # Not SQLite codes: a listing met a NULL key (a foreign writer broke the schema's rules), or
-# keys out of order (a damaged index).
+# keys out of order (a damaged index); a read met a NULL value (the same rules broken).
 DEF _NULL_KEY = -77
 DEF _OUT_OF_ORDER = -78
+DEF _NULL_VALUE = -80
 # Not an SQLite code: a value claims more bytes than the file had when last asked (see
 # Database._check_claim).
 DEF _CLAIM = -79
@@ -1081,7 +1079,7 @@ cdef class Database:
                     rowid = sqlite3_column_int64(stmt, 0)
                     size = sqlite3_column_int64(stmt, 1)
                     if sqlite3_column_type(stmt, 1) == SQLITE_NULL:
-                        rc = _NULL_KEY
+                        rc = _NULL_VALUE
                     elif sqlite3_column_type(stmt, 2) != SQLITE_NULL:
                         inline = 1
                         src = sqlite3_column_blob(stmt, 2)
@@ -1095,7 +1093,7 @@ cdef class Database:
                     sqlite3_reset(stmt)
             if copied:
                 return out
-            if rc == _NULL_KEY:
+            if rc == _NULL_VALUE:
                 raise self._null_value_error(key)
             if rc != SQLITE_ROW:
                 if rc == SQLITE_DONE:
@@ -1250,7 +1248,7 @@ cdef class Database:
                             while i < count:
                                 rc = _step_key(locate, &keys[i])
                                 if rc == SQLITE_ROW and sqlite3_column_type(locate, 1) == SQLITE_NULL:
-                                    rc = _NULL_KEY
+                                    rc = _NULL_VALUE
                                     failed_at = i
                                     break
                                 if rc == SQLITE_ROW:
@@ -1286,7 +1284,7 @@ cdef class Database:
                         self._check_claim(size, f"the value of {reqs[i][0]!r}", locate)
                         sqlite3_reset(locate)
                     if rc != SQLITE_OK:
-                        if rc == _NULL_KEY:
+                        if rc == _NULL_VALUE:
                             sqlite3_reset(locate)
                             raise self._null_value_error(reqs[failed_at][0])
                         self._raise(rc, locate, f"cannot read {reqs[failed_at][0]!r}")

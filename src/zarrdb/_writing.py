@@ -103,8 +103,8 @@ class Writing:
             vacuum_pages=VACUUM_STEP_PAGES,
             vacuum_min=VACUUM_MIN_PAGES,
         )
-        self.ports: dict[int, _LoopPort] = {}  # id(loop) -> its port
-        self.ports_lock = threading.Lock()
+        self.watches: dict[int, _LoopWatch] = {}  # id(loop) -> its port's watch
+        self.watches_lock = threading.Lock()
 
     def call_holding(self, fn: Callable[[Database], T], drain: bool = True) -> T:
         """`fn(db)` on the write connection, taken from the writer thread (with `drain`, once
@@ -128,15 +128,15 @@ class Writing:
     async def write_async(self, ops: Sequence[Op]) -> None:
         """As write_sync, for a coroutine: the event loop runs on while the writer works."""
         loop = asyncio.get_running_loop()
-        port = self.ports.get(id(loop))
-        if port is None or port.loop() is not loop:
-            port = self._port(loop)
-        sub = self.writer.submit(ops, port=port.port, block=False)
+        watch = self.watches.get(id(loop))
+        if watch is None or watch.loop() is not loop:
+            watch = self._watch(loop)
+        sub = self.writer.submit(ops, port=watch.port, block=False)
         if sub is None:
             # The queue is full (or a transaction is opening): wait in a worker thread, not on
             # the loop.
-            sub = await asyncio.to_thread(self.writer.submit, ops, port=port.port)
-            port.hint(loop)
+            sub = await asyncio.to_thread(self.writer.submit, ops, port=watch.port)
+            watch.hint(loop)
             if sub.joined:
                 return
             if sub.done:  # possibly drained already, before a future was attached
@@ -145,29 +145,29 @@ class Writing:
                     raise err
                 return
         else:
-            port.hint(loop)
+            watch.hint(loop)
             if sub.joined:
                 return
         future = loop.create_future()
         sub.future = future
         await future
 
-    def _port(self, loop: asyncio.AbstractEventLoop) -> _LoopPort:
-        with self.ports_lock:
-            self._prune_ports()
-            port = _LoopPort(self.writer, loop)
-            self.ports[id(loop)] = port
-        return port
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> _LoopWatch:
+        with self.watches_lock:
+            self._prune_watches()
+            watch = _LoopWatch(self.writer, loop)
+            self.watches[id(loop)] = watch
+        return watch
 
-    def _prune_ports(self) -> None:
+    def _prune_watches(self) -> None:
         """Drop the ports of loops that are gone or closed, once nothing is in flight on them."""
-        for key, port in list(self.ports.items()):
-            loop = port.loop()
+        for key, watch in list(self.watches.items()):
+            loop = watch.loop()
             if loop is None or loop.is_closed():
-                port.settle()  # whatever finished meanwhile: release its buffers
-                if port.port.pending == 0:
-                    port.close()
-                    del self.ports[key]
+                watch.settle()  # whatever finished meanwhile: release its buffers
+                if watch.port.pending == 0:
+                    watch.close()
+                    del self.watches[key]
 
     # --- closing -------------------------------------------------------------------------------
 
@@ -175,15 +175,16 @@ class Writing:
         """Commit everything queued and stop the writer (the Database is then Python's);
         settle what the ports still hold."""
         self.writer.close()
-        with self.ports_lock:
-            for port in self.ports.values():
-                port.settle()
-                port.close()
-            self.ports.clear()
+        with self.watches_lock:
+            for watch in self.watches.values():
+                watch.settle()
+                watch.close()
+            self.watches.clear()
 
 
-class _LoopPort:
-    """A writer port watched by one event loop."""
+class _LoopWatch:
+    """One event loop's watch on its writer Port (the engine's): settles the futures of the
+    loop's writes as the port reports them."""
 
     def __init__(self, writer: Writer, loop: asyncio.AbstractEventLoop) -> None:
         self.port = Port(writer)

@@ -1,7 +1,7 @@
 """SQLiteStore: a zarr v3 store in one SQLite file (SQLiteStore 1.0 format).
 
 This module is the adapter between zarr's Store API and the engine: opening, options, pickling
-and writes. The work behind it lives in its own modules (see ARCHITECTURE.md):
+and writes. The work behind it lives in its own modules (the module map of docs/development.md):
 - _connections.py: opening and creating the file, one read connection per thread, closing on
   every path;
 - _reading.py: reads, byte ranges, batches and listings (a mixin of SQLiteStore);
@@ -455,7 +455,7 @@ class SQLiteStore(FileOperations, Reads, Store):
     def delete_sync(self, key: str) -> None:
         """Delete `key` (if stored) without an event loop; the synchronous form of `delete`."""
         self._check_writable()
-        self._writing().write_sync([("delete", key, None)])
+        self._writing().write_sync([("delete", _format.check_key(key), None)])
 
     async def _write(self, ops: list[tuple[str, str, Any]]) -> None:
         self._check_writable()
@@ -502,8 +502,9 @@ class SQLiteStore(FileOperations, Reads, Store):
         await self._set_many(values)
 
     async def delete(self, key: str) -> None:
-        """Delete `key`; deleting a key that is not stored is not an error."""
-        await self._write([("delete", key, None)])
+        """Delete `key`; deleting a key that is not stored is not an error (a key that breaks
+        the format's key rules is: InvalidKeyError, as for `set`)."""
+        await self._write([("delete", _format.check_key(key), None)])
 
     async def delete_dir(self, prefix: str) -> None:
         """Delete every key below `prefix` (a group or array path), in one commit."""
