@@ -21,13 +21,10 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from zarrdb import _format
 from zarrdb._core import Database, Port, Writer, _exit_transaction
-
-if TYPE_CHECKING:
-    from zarrdb.store import SQLiteStore
 
 # One group commit takes at most this many bytes (the rest waits for the next): bounds a
 # transaction's size and the pages SQLite keeps for it.
@@ -71,6 +68,7 @@ VACUUM_MIN_PAGES = 16
 MODIFIED_AT_INTERVAL = 0.5
 
 T = TypeVar("T")
+S = TypeVar("S")  # the session a Transaction gives when entered (the store)
 
 # (kind, key, value): "set" | "set_if_absent" | "delete" | "delete_prefix"
 Op = tuple[str, str, Any]
@@ -323,7 +321,7 @@ class _Level:
                 self.end(False)
 
 
-class Transaction:
+class Transaction(Generic[S]):
     """`with store.transaction():` and `async with store.transaction():`.
 
     The store object is the session: while the block is open, every write through the store
@@ -333,14 +331,13 @@ class Transaction:
     block, tasks and threads started with its context) nests as a savepoint, undone if it
     raises; entered anywhere else, it waits for the open one to end."""
 
-    def __init__(self, store: SQLiteStore) -> None:
-        self.store = store
+    def __init__(self, store: S, writing: Callable[[], Writing]) -> None:
+        self.store = store  # what entering gives
+        self.writing = writing  # the store's writer (raises if the store may not write)
         self.levels: list[_Level] = []
 
     def _level(self) -> _Level:
-        writing = self.store._connections_for_write().writing
-        assert writing is not None
-        return _Level(writing.writer)
+        return _Level(self.writing().writer)
 
     def _forget(self, level: _Level) -> None:
         """Roll back `level` if it opened, and drop it (its __enter__ failed or was
@@ -349,7 +346,7 @@ class Transaction:
         if level in self.levels:
             self.levels.remove(level)
 
-    def __enter__(self) -> SQLiteStore:
+    def __enter__(self) -> S:
         # Ctrl-C or SIGTERM may raise at any point where Python runs signal handlers: as a
         # function starts, and as a call into compiled code returns. From the moment the level
         # is listed until __enter__ returns, any of them rolls back what was opened. (A
@@ -368,7 +365,7 @@ class Transaction:
     # before the level has ended, leaving the transaction open for good.
     __exit__ = _exit_transaction
 
-    async def __aenter__(self) -> SQLiteStore:
+    async def __aenter__(self) -> S:
         # In a worker thread: waiting for another transaction, for the writes queued before,
         # or for another process's lock must not stop the event loop, which may be running
         # this transaction's own work. The context's mark is set here, in the coroutine.

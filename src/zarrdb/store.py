@@ -2,8 +2,8 @@
 
 This module is the adapter between zarr's Store API and the engine: opening, options, pickling
 and writes. The work behind it lives in its own modules (the module map of docs/development.md):
-- _connections.py: opening and creating the file, one read connection per thread, closing on
-  every path;
+- _connections.py: the connections of this process and where each call goes, closing on every
+  path; _opening.py: creating and checking the file; _readers.py: a read connection per thread;
 - _reading.py: reads, byte ranges, batches and listings (a mixin of SQLiteStore);
 - _writing.py: writes go to the engine's writer thread (group commit beside zarr's own work),
   and explicit transactions (`with store.transaction():`) on top of it;
@@ -23,11 +23,8 @@ from zarr.core.buffer import Buffer
 
 from zarrdb import _format
 from zarrdb import remote as _remote
-from zarrdb._connections import (
-    DEFAULT_CACHE_KIB,
-    DEFAULT_MMAP_BYTES,
-    Connections,
-)
+from zarrdb._connections import Connections
+from zarrdb._opening import DEFAULT_CACHE_KIB, DEFAULT_MMAP_BYTES
 from zarrdb._file_ops import FileOperations
 from zarrdb._reading import Reads
 from zarrdb._writing import Transaction, Writing
@@ -40,7 +37,7 @@ __all__ = ["SQLiteStore"]
 
 Durability = Literal["full", "normal", "off"]
 # Durability levels; the SQLite synchronous setting each stands for, by journal mode, is chosen
-# in _connections._synchronous.
+# in _opening.synchronous.
 _DURABILITY_LEVELS = ("full", "normal", "off")
 
 # This process's id, kept current across fork() without a system call per store call.
@@ -300,6 +297,11 @@ class SQLiteStore(FileOperations, Reads, Store):
         self._check_writable()
         return self._connections()
 
+    def _writable_writing(self) -> Writing:
+        """The writer, after checking that the store may write (ReadOnlyError)."""
+        self._check_writable()
+        return self._writing()
+
     def _writing(self) -> Writing:
         """The writer of this process's connections; only for a writable store (callers
         check with _check_writable first)."""
@@ -413,7 +415,7 @@ class SQLiteStore(FileOperations, Reads, Store):
         )
         self._expect_etag = remote["etag"]
 
-    def transaction(self) -> Transaction:
+    def transaction(self) -> Transaction[Self]:
         """A block whose writes to this store are one atomic commit.
 
         Use it as `with store.transaction():` or `async with store.transaction():`. The store
@@ -430,7 +432,7 @@ class SQLiteStore(FileOperations, Reads, Store):
         context manager
             Entering it gives the store.
         """
-        return Transaction(self)
+        return Transaction(self, self._writable_writing)
 
     # --- writes ------------------------------------------------------------------------------
 
