@@ -15,21 +15,16 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from zarrdb import _format, _opening, errors
+from zarrdb import _format, _open_files, _opening, errors
 from zarrdb import remote as _remote
 from zarrdb._core import Database
 from zarrdb._readers import ReaderPool
 from zarrdb._writing import Writing
 
 T = TypeVar("T")
-
-# Every Connections object alive in this process, for closing siblings on the same file.
-_live: weakref.WeakSet[Connections] = weakref.WeakSet()
-
 
 class Connections:
     """The connections of one store in one process."""
@@ -62,7 +57,7 @@ class Connections:
         self.pool = ReaderPool(self._open_reader)
         self.writing: Writing | None = None
         self.closed = False
-        _live.add(self)
+        _open_files.register(self)
 
     # --- opening --------------------------------------------------------------------------
 
@@ -154,6 +149,12 @@ class Connections:
         """The calling thread's read connection."""
         return self.pool.reader()
 
+    def holds_local_file(self) -> bool:
+        """A connection to a local file is open (a reader, or the writer)."""
+        return self.remote_location is None and (
+            bool(self.pool.readers) or self.writing is not None
+        )
+
     def in_transaction(self) -> bool:
         """An explicit transaction is open on this store: reads go to its connection."""
         return self.writing is not None and self.writing.in_transaction()
@@ -231,24 +232,10 @@ class Connections:
             db.close()
 
 
-def open_in_this_process(path: str) -> bool:
-    """Whether a store of this process has the local file `path` open."""
-    path = os.path.abspath(path)
-    pid = os.getpid()
-    return any(
-        conns.store_path == path and conns.pid == pid and not conns.closed
-        and conns.remote_location is None and (conns.pool.readers or conns.writing is not None)
-        for conns in list(_live)
-    )  # fmt: skip
-
-
 def _release_siblings(closing: Connections) -> None:
     """Close the idle read connections other stores of this process hold on the same file (they
     reopen by themselves when used again), so the closing writer can leave the file in DELETE
     mode. zarr makes such stores itself, e.g. the read-only copy behind open_group(mode="r")."""
-    for conns in list(_live):
-        if conns is closing or conns.closed or conns.store_path != closing.store_path:
-            continue
-        if conns.pid != closing.pid or conns.writing is not None:
-            continue
-        conns.pool.release_idle()
+    for conns in _open_files.others_on_the_same_file(closing):
+        if conns.writing is None:
+            conns.pool.release_idle()
