@@ -11,7 +11,9 @@ import re
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from types import ModuleType
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, TypeVar
+
+from zarrdb import errors
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -332,3 +334,25 @@ def _why(exc: BaseException, location: RemoteLocation) -> str:
             "for a slow server give longer ones as storage options, e.g. read_timeout=60s"
         )
     return _first_line(exc)
+
+
+_E = TypeVar("_E", bound=errors.DiskIOError)
+
+
+def request_error(
+    cls: type[_E],
+    what: str,
+    exc: BaseException,
+    location: RemoteLocation,
+    *,
+    then: str = "",
+    extended_code: int | None = None,
+) -> _E:
+    """The `cls` error (RemoteReadError, RemoteWriteError) for a request to `location` that
+    failed with `exc`: "WHAT: why it failed THEN", with SQLite's I/O error code."""
+    return cls(
+        f"{what}: {_why(exc, location)}{then}",
+        code=errors.SQLITE_IOERR,
+        extended_code=extended_code,
+        filename=location.url,
+    )

@@ -18,7 +18,7 @@ from typing import Any
 
 from zarrdb import errors
 from zarrdb._open_files import open_in_this_process
-from zarrdb._remote_location import RemoteLocation, _obstore, _why
+from zarrdb._remote_location import RemoteLocation, _obstore, request_error
 
 MIB = 1024 * 1024
 # Object storage takes parts of 5 MiB at least (the last excepted) and at most 10,000 parts.
@@ -196,11 +196,9 @@ def upload(
         except (errors.ZarrDBError, KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:
-            raise errors.RemoteWriteError(
-                f"cannot upload {source!r} to {url!r}: {_why(exc, location)}; nothing was "
-                "published",
-                code=10,
-                filename=url,
+            raise request_error(
+                errors.RemoteWriteError, f"cannot upload {source!r} to {url!r}", exc, location,
+                then="; nothing was published",
             ) from exc
     result = UploadResult(url, size, len(digests), time.perf_counter() - started)
     _check_object(obstore, store, location, put, digests, result)
@@ -224,10 +222,9 @@ def _exists(obstore: Any, store: Any, location: Any) -> bool:
     except FileNotFoundError:
         return False
     except Exception as exc:
-        raise errors.RemoteWriteError(
-            f"cannot look at {location.url!r}: {_why(exc, location)}; nothing was published",
-            code=10,
-            filename=location.url,
+        raise request_error(
+            errors.RemoteWriteError, f"cannot look at {location.url!r}", exc, location,
+            then="; nothing was published",
         ) from exc
     return True
 
@@ -245,10 +242,9 @@ def _check_object(
     try:
         meta = obstore.head(store, location.path)
     except Exception as exc:
-        raise errors.RemoteWriteError(
-            f"{location.url!r} was uploaded, but cannot be looked at: {_why(exc, location)}",
-            code=10,
-            filename=location.url,
+        raise request_error(
+            errors.RemoteWriteError, f"{location.url!r} was uploaded, but cannot be looked at",
+            exc, location,
         ) from exc
     result.etag = meta.get("e_tag")
     if int(meta["size"]) != result.size:

@@ -37,9 +37,9 @@ from zarrdb._remote_location import (  # public here (zarrdb.remote), defined th
     BlockCache,
     RemoteLocation,
     _obstore,
-    _why,
     is_url,
     parse_options,
+    request_error,
 )
 
 __all__ = [
@@ -295,10 +295,8 @@ class RemoteObject:
         except FileNotFoundError:
             raise FileNotFoundError(f"no such SQLiteStore file: {self.url!r}") from None
         except Exception as exc:
-            raise errors.RemoteReadError(
-                f"cannot open {self.url!r}: {_why(exc, location)}",
-                code=10,
-                filename=self.url,
+            raise request_error(
+                errors.RemoteReadError, f"cannot open {self.url!r}", exc, location
             ) from exc
         self.size: int = int(meta["size"])
         self.etag: str | None = meta.get("e_tag")
@@ -367,12 +365,12 @@ class RemoteObject:
         except self._changed as exc:
             raise self._changed_error() from exc
         except Exception as exc:
-            raise errors.RemoteReadError(
-                f"cannot read bytes {offset:,} to {offset + length - 1:,} of {self.url!r}: "
-                f"{_why(exc, self.location)}",
-                code=10,
-                extended_code=266,
-                filename=self.url,  # SQLITE_IOERR_READ
+            raise request_error(
+                errors.RemoteReadError,
+                f"cannot read bytes {offset:,} to {offset + length - 1:,} of {self.url!r}",
+                exc,
+                self.location,
+                extended_code=266,  # SQLITE_IOERR_READ
             ) from exc
 
     def _changed_error(self) -> errors.RemoteFileChangedError:
