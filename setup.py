@@ -10,6 +10,9 @@ Environment:
                              off still (for valgrind: scripts/memcheck.sh).
     ZARRDB_SANITIZE=address  AddressSanitizer (gcc or clang): light optimisation, debug
                              information, frame pointers (scripts/memcheck.sh --asan).
+    ZARRDB_TEST_VFS=1        a test build: the power-loss simulator (_vfs_powerloss.h), which
+                             the reliability tests use, is compiled in (scripts/dev.sh and
+                             scripts/memcheck.sh set it; no wheel has it).
 Otherwise (a release build, e.g. every wheel) the extension is optimised and carries no debug
 information: it is compiled without, and on Linux linked with the debug sections stripped;
 function names stay, for readable crash stacks.
@@ -62,6 +65,7 @@ if sys.platform != "win32":
 SYSTEM_SQLITE = os.environ.get("ZARRDB_SYSTEM_SQLITE", "") not in ("", "0")
 DEBUG = os.environ.get("ZARRDB_DEBUG", "") not in ("", "0")
 SANITIZE = os.environ.get("ZARRDB_SANITIZE", "")
+TEST_VFS = os.environ.get("ZARRDB_TEST_VFS", "") not in ("", "0")
 if SANITIZE not in ("", "address"):
     sys.exit(f"ZARRDB_SANITIZE={SANITIZE!r}: only 'address' is supported")
 
@@ -103,6 +107,8 @@ else:
     macros = list(SQLITE_OPTIONS)
     include_dirs = ["src/zarrdb", "vendor/sqlite3"]
     libraries = []
+if TEST_VFS:
+    macros.append(("ZARRDB_TEST_VFS", "1"))
 
 extension = Extension(
     "zarrdb._core",
@@ -119,6 +125,8 @@ extension = Extension(
         "src/zarrdb/_ops.pxi",
         "src/zarrdb/_remote_vfs.pxi",
         "src/zarrdb/_remote_vfs.h",
+        "src/zarrdb/_vfs_powerloss.pxi",
+        "src/zarrdb/_vfs_powerloss.h",
     ]
     + ([] if SYSTEM_SQLITE else ["vendor/sqlite3/sqlite3.c", "vendor/sqlite3/sqlite3.h"]),
 )

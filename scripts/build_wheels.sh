@@ -24,7 +24,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
-unset PYTHONPATH ZARRDB_SYSTEM_SQLITE ZARRDB_DEBUG  # a release wheel bundles SQLite, optimised
+# a release wheel bundles SQLite, optimised, without the test build's power-loss simulator
+unset PYTHONPATH ZARRDB_SYSTEM_SQLITE ZARRDB_DEBUG ZARRDB_TEST_VFS
 
 step() { printf '\n==> %s\n' "$*"; }
 ok() { printf '    ok: %s\n' "$*"; }

@@ -26,6 +26,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A test build: the power-loss simulator compiled in (setup.py), and the tests expect it.
+export ZARRDB_TEST_VFS=1
+
 PY=$(scripts/find_python.sh)
 VER=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 VENV=${ZARRDB_VENV:-.venv/py$VER}

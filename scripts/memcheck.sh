@@ -32,6 +32,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
+# A test build, as scripts/dev.sh makes: the power-loss simulator compiled in (setup.py).
+export ZARRDB_TEST_VFS=1
 
 MODE=valgrind
 if [ "${1:-}" = --asan ]; then

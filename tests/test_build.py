@@ -3,6 +3,7 @@
 import ast
 import ctypes
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -127,6 +128,30 @@ def test_dynamic_symbol_table_has_no_sqlite3_symbol():
     names = [line.split()[-1] for line in out.splitlines() if line.strip()]
     assert "PyInit__core" in names
     assert [n for n in names if "sqlite3" in n.lower()] == []
+
+
+@pytest.mark.skipif(
+    os.environ.get("ZARRDB_TEST_VFS") != "1",
+    reason="ZARRDB_TEST_VFS=1 marks a test build (scripts/dev.sh, scripts/memcheck.sh)",
+)
+def test_a_test_build_has_the_power_loss_simulator():
+    # Otherwise the power-loss tests would skip where they are meant to run.
+    assert _core._POWERLOSS_VFS
+
+
+@pytest.mark.skipif(
+    os.environ.get("ZARRDB_TEST_INSTALLED") != "1" or os.environ.get("ZARRDB_TEST_VFS") == "1",
+    reason="ZARRDB_TEST_INSTALLED=1 (without ZARRDB_TEST_VFS=1) marks a run against a wheel",
+)
+def test_a_wheel_has_no_power_loss_simulator():
+    assert _core._POWERLOSS_VFS is False
+    with pytest.raises(NotImplementedError, match="ZARRDB_TEST_VFS=1"):
+        _core._powerloss_enable(1)
+    # None of the simulator's code is in the extension: not its VFS's name, nor (where the
+    # function names stay, as on Linux) its functions.
+    binary = Path(_core.__file__).read_bytes()
+    assert b"zarrdb-powerloss" not in binary
+    assert b"zplWrite" not in binary and b"zpl_power_off" not in binary
 
 
 def test_python_stdlib_sqlite3_is_a_separate_library():

@@ -23,6 +23,7 @@ sqlite_version, sqlite_source_id, compile_options = _library_info()
 
 __all__ = ["__version__", "compile_options", "errors", "sqlite_source_id", "sqlite_version"]
 
+from zarrdb._sigterm import exit_on_sigterm  # noqa: E402
 from zarrdb.store import SQLiteStore  # noqa: E402
 
-__all__ += ["SQLiteStore"]
+__all__ += ["SQLiteStore", "exit_on_sigterm"]

@@ -97,22 +97,20 @@ MAX_VALUE_SIZE = _MAX_VALUE
 if (
     _errors.SQLITE_BUSY, _errors.SQLITE_LOCKED, _errors.SQLITE_READONLY, _errors.SQLITE_CORRUPT,
     _errors.SQLITE_FULL, _errors.SQLITE_CANTOPEN, _errors.SQLITE_TOOBIG, _errors.SQLITE_NOTADB,
-    _errors.SQLITE_IOERR, _errors.SQLITE_MISUSE, _errors.SQLITE_CONSTRAINT,
+    _errors.SQLITE_IOERR, _errors.SQLITE_MISUSE, _errors.SQLITE_CONSTRAINT, _errors.SQLITE_NOMEM,
 ) != (
     SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_CORRUPT, SQLITE_FULL, SQLITE_CANTOPEN,
-    SQLITE_TOOBIG, SQLITE_NOTADB, SQLITE_IOERR, SQLITE_MISUSE, SQLITE_CONSTRAINT,
+    SQLITE_TOOBIG, SQLITE_NOTADB, SQLITE_IOERR, SQLITE_MISUSE, SQLITE_CONSTRAINT, SQLITE_NOMEM,
 ):  # pragma: no cover - a build against an SQLite with other codes
     raise ImportError("zarrdb.errors' SQLite result codes do not match the SQLite built in")
 
-# Values at least this long are copied with the GIL released; below it the copy is cheaper
-# than giving the GIL away and taking it back.
-DEF _NOGIL_COPY = 65536
 # Values at least this long are read with the blob API (no intermediate copy inside SQLite).
 DEF _BLOB_READ_MIN = 65536
 # Not SQLite codes: a listing met a NULL key (a foreign writer broke the schema's rules), or
-# keys out of order (a damaged index).
+# keys out of order (a damaged index); a read met a NULL value (the same rules broken).
 DEF _NULL_KEY = -77
 DEF _OUT_OF_ORDER = -78
+DEF _NULL_VALUE = -80
 # Not an SQLite code: a value claims more bytes than the file had when last asked (see
 # Database._check_claim).
 DEF _CLAIM = -79
@@ -282,9 +280,10 @@ cdef inline int _key(object key, Key* out) except -1:
 
 
 cdef inline int _step_key(sqlite3_stmt* stmt, const Key* k) noexcept nogil:
-    """Bind the key to ?1 of a lookup statement and step it: SQLite's result code."""
-    sqlite3_bind_text64(stmt, 1, k.data, k.size, SQLITE_STATIC, SQLITE_UTF8)
-    return sqlite3_step(stmt)
+    """Bind the key to ?1 of a lookup statement and step it: SQLite's result code (the bind's,
+    if it failed)."""
+    cdef int rc = _bind_key(stmt, 1, k.data, k.size)
+    return sqlite3_step(stmt) if rc == SQLITE_OK else rc
 
 
 cdef inline int _step_to_key(sqlite3_stmt* stmt) noexcept nogil:
@@ -353,12 +352,15 @@ cdef int _range(object prefix, Range* out, list keep) except -1:
     return 0
 
 
-cdef inline void _bind_range(sqlite3_stmt* stmt, Range* r) noexcept nogil:
+cdef inline int _bind_range(sqlite3_stmt* stmt, Range* r) noexcept nogil:
     """Bind ?1 and ?2 of a range statement; nothing for the prefix "" (its statement, over
-    every key, takes no parameter)."""
+    every key, takes no parameter). SQLite's result code."""
+    cdef int rc = SQLITE_OK
     if r.ranged:
-        sqlite3_bind_text64(stmt, 1, r.lo, r.nlo, SQLITE_STATIC, SQLITE_UTF8)
-        sqlite3_bind_text64(stmt, 2, r.hi, r.nhi, SQLITE_STATIC, SQLITE_UTF8)
+        rc = _bind_key(stmt, 1, r.lo, r.nlo)
+        if rc == SQLITE_OK:
+            rc = _bind_key(stmt, 2, r.hi, r.nhi)
+    return rc
 
 
 cdef str _values_under(object prefix):
@@ -646,12 +648,12 @@ cdef class Database:
         with nogil:
             rc = sqlite3_open_v2(c_target, &handle, flags, c_vfs)
         if rc != SQLITE_OK:
-            if handle == NULL:
-                raise MemoryError("SQLite could not allocate a connection")
             err = _errors.sqlite_error(
                 rc,
-                sqlite3_extended_errcode(handle),
-                sqlite3_errmsg(handle).decode("utf-8", "replace"),
+                sqlite3_extended_errcode(handle) if handle != NULL else rc,
+                (sqlite3_errmsg(handle) if handle != NULL else sqlite3_errstr(rc)).decode(
+                    "utf-8", "replace"
+                ),
                 filename=path,
                 context="cannot open",
             )
@@ -757,7 +759,13 @@ cdef class Database:
         if self._interruption is not None:
             raised, self._interruption = self._interruption, None
             return raised
-        message = sqlite3_errmsg(self.db).decode("utf-8", "replace")
+        if (xrc & 0xFF) != (rc & 0xFF):
+            # a code of zarrdb's own (SQLITE_NOMEM when a listing's buffer cannot grow), not
+            # the connection's last error
+            xrc = rc
+            message = sqlite3_errstr(rc).decode("utf-8", "replace")
+        else:
+            message = sqlite3_errmsg(self.db).decode("utf-8", "replace")
         if (rc & 0xFF) in (SQLITE_BUSY, SQLITE_LOCKED):
             waited = f"gave up after waiting {self._busy_timeout:g} s for a lock"
             context = f"{context}: {waited}" if context else waited
@@ -782,8 +790,6 @@ cdef class Database:
         return _arena_strings(arena, NULL, 0, self.path)
 
     cdef object _list_error(self, int rc):
-        if rc == SQLITE_NOMEM:
-            return MemoryError()
         if rc == _OUT_OF_ORDER:
             return _errors.DatabaseCorruptError(
                 f"{self.path!r}: the index of the zarr table's keys is out of order (the file "
@@ -929,8 +935,9 @@ cdef class Database:
             self._watch()
             stmt = self._stmt(range_stmt if r.ranged else all_stmt)
             with nogil:
-                _bind_range(stmt, &r)
-                rc = sqlite3_step(stmt)
+                rc = _bind_range(stmt, &r)
+                if rc == SQLITE_OK:
+                    rc = sqlite3_step(stmt)
                 if rc == SQLITE_ROW:
                     result = sqlite3_column_int64(stmt, 0)
                     rc = SQLITE_DONE
@@ -1066,13 +1073,14 @@ cdef class Database:
                 out = PyBytes_FromStringAndSize(NULL, guess)
                 dst = PyBytes_AS_STRING(out)
             with nogil:
-                sqlite3_bind_int64(stmt, 2, inline_max)
-                rc = _step_key(stmt, &k)
+                rc = sqlite3_bind_int64(stmt, 2, inline_max)
+                if rc == SQLITE_OK:
+                    rc = _step_key(stmt, &k)
                 if rc == SQLITE_ROW:
                     rowid = sqlite3_column_int64(stmt, 0)
                     size = sqlite3_column_int64(stmt, 1)
                     if sqlite3_column_type(stmt, 1) == SQLITE_NULL:
-                        rc = _NULL_KEY
+                        rc = _NULL_VALUE
                     elif sqlite3_column_type(stmt, 2) != SQLITE_NULL:
                         inline = 1
                         src = sqlite3_column_blob(stmt, 2)
@@ -1086,7 +1094,7 @@ cdef class Database:
                     sqlite3_reset(stmt)
             if copied:
                 return out
-            if rc == _NULL_KEY:
+            if rc == _NULL_VALUE:
                 raise self._null_value_error(key)
             if rc != SQLITE_ROW:
                 if rc == SQLITE_DONE:
@@ -1239,11 +1247,9 @@ cdef class Database:
                     while True:
                         with nogil:
                             while i < count:
-                                sqlite3_bind_text64(locate, 1, keys[i].data, keys[i].size,
-                                                    SQLITE_STATIC, SQLITE_UTF8)
-                                rc = sqlite3_step(locate)
+                                rc = _step_key(locate, &keys[i])
                                 if rc == SQLITE_ROW and sqlite3_column_type(locate, 1) == SQLITE_NULL:
-                                    rc = _NULL_KEY
+                                    rc = _NULL_VALUE
                                     failed_at = i
                                     break
                                 if rc == SQLITE_ROW:
@@ -1279,7 +1285,7 @@ cdef class Database:
                         self._check_claim(size, f"the value of {reqs[i][0]!r}", locate)
                         sqlite3_reset(locate)
                     if rc != SQLITE_OK:
-                        if rc == _NULL_KEY:
+                        if rc == _NULL_VALUE:
                             sqlite3_reset(locate)
                             raise self._null_value_error(reqs[failed_at][0])
                         self._raise(rc, locate, f"cannot read {reqs[failed_at][0]!r}")
@@ -1394,8 +1400,8 @@ cdef class Database:
             self._watch()
             stmt = self._stmt(S_LIST_RANGE if r.ranged else S_LIST_ALL)
             with nogil:
-                _bind_range(stmt, &r)
-                while True:
+                rc = _bind_range(stmt, &r)
+                while rc == SQLITE_OK or rc == SQLITE_ROW:
                     rc = _step_to_key(stmt)
                     if rc != SQLITE_ROW:
                         break
@@ -1448,10 +1454,11 @@ cdef class Database:
             with nogil:
                 while True:
                     stmt = gt if after else ge
-                    sqlite3_bind_text64(stmt, 1, cursor, ncursor, SQLITE_STATIC, SQLITE_UTF8)
-                    if ranged:
-                        sqlite3_bind_text64(stmt, 2, hi, nhi, SQLITE_STATIC, SQLITE_UTF8)
-                    rc = _step_to_key(stmt)
+                    rc = _bind_key(stmt, 1, cursor, ncursor)
+                    if ranged and rc == SQLITE_OK:
+                        rc = _bind_key(stmt, 2, hi, nhi)
+                    if rc == SQLITE_OK:
+                        rc = _step_to_key(stmt)
                     if rc != SQLITE_ROW:
                         break
                     k = <const char*>sqlite3_column_text(stmt, 0)
@@ -1687,6 +1694,15 @@ cdef class Database:
             finally:
                 with nogil:
                     sqlite3_close_v2(dest)
+        finally:
+            self._leave()
+
+    def length_limit(self, value=-1):
+        """The longest string or blob this connection binds or builds (SQLITE_LIMIT_LENGTH);
+        `value` >= 0 sets it first (at most the compiled-in maximum). Returns the limit before."""
+        self._enter()
+        try:
+            return sqlite3_limit(self.db, SQLITE_LIMIT_LENGTH, int(value))
         finally:
             self._leave()
 

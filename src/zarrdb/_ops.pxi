@@ -121,18 +121,23 @@ cdef int _apply_op(sqlite3* db, sqlite3_stmt** st, int64_t blob_min, WOp* op,
         if op.nval >= blob_min:
             return _write_large(db, st, op, changes)
         stmt = st[<int>S_SET] if op.kind == W_SET else st[<int>S_SET_IF_ABSENT]
-        _bind_key(stmt, 1, op.key, op.nkey)
-        sqlite3_bind_blob64(stmt, 2, op.val if op.val != NULL else _EMPTY, op.nval,
-                            SQLITE_STATIC)
+        rc = _bind_key(stmt, 1, op.key, op.nkey)
+        if rc == SQLITE_OK:
+            rc = sqlite3_bind_blob64(stmt, 2, op.val if op.val != NULL else _EMPTY, op.nval,
+                                     SQLITE_STATIC)
     elif op.kind == W_DELETE:
         stmt = st[<int>S_DELETE]
-        _bind_key(stmt, 1, op.key, op.nkey)
+        rc = _bind_key(stmt, 1, op.key, op.nkey)
     elif not op.has_val:
         stmt = st[<int>S_DELETE_ALL]
+        rc = SQLITE_OK
     else:
         stmt = st[<int>S_DELETE_RANGE]
-        _bind_key(stmt, 1, op.key, op.nkey)
-        _bind_key(stmt, 2, op.val, op.nval)
+        rc = _bind_key(stmt, 1, op.key, op.nkey)
+        if rc == SQLITE_OK:
+            rc = _bind_key(stmt, 2, op.val, op.nval)
+    if rc != SQLITE_OK:
+        return rc
     rc = sqlite3_step(stmt)
     if rc == SQLITE_DONE and sqlite3_changes(db) > 0:
         changes[0] += sqlite3_changes(db)

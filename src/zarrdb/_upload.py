@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from zarrdb import errors
+from zarrdb._open_files import open_in_this_process
+from zarrdb._remote_location import RemoteLocation, _obstore, request_error
 
 MIB = 1024 * 1024
 # Object storage takes parts of 5 MiB at least (the last excepted) and at most 10,000 parts.
@@ -74,8 +76,6 @@ def check_closed(path: str) -> None:
     """UnclosedFileError unless `path` is an SQLite file that no program has open for writing
     as far as its files tell: not in WAL mode, no -wal or -journal beside it, no store of this
     process on it. (A closed SQLiteStore is one self-contained file in DELETE mode.)"""
-    from zarrdb._connections import open_in_this_process  # (it imports zarrdb.remote)
-
     if open_in_this_process(path):
         raise errors.UnclosedFileError(
             f"{path!r} is open in this program: close its store first (a closed store leaves "
@@ -153,8 +153,6 @@ def upload(
     ValueError
         For a URL that is not object storage or names no file, or bad storage_options.
     """
-    from zarrdb.remote import RemoteLocation, _obstore, _why
-
     obstore = _obstore()
     source = os.fspath(path)
     scheme = url.partition("://")[0].lower()
@@ -198,11 +196,9 @@ def upload(
         except (errors.ZarrDBError, KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:
-            raise errors.RemoteWriteError(
-                f"cannot upload {source!r} to {url!r}: {_why(exc, location)}; nothing was "
-                "published",
-                code=10,
-                filename=url,
+            raise request_error(
+                errors.RemoteWriteError, f"cannot upload {source!r} to {url!r}", exc, location,
+                then="; nothing was published",
             ) from exc
     result = UploadResult(url, size, len(digests), time.perf_counter() - started)
     _check_object(obstore, store, location, put, digests, result)
@@ -221,17 +217,14 @@ def _state(f: Any) -> tuple[int, int, bytes]:
 
 
 def _exists(obstore: Any, store: Any, location: Any) -> bool:
-    from zarrdb.remote import _why
-
     try:
         obstore.head(store, location.path)
     except FileNotFoundError:
         return False
     except Exception as exc:
-        raise errors.RemoteWriteError(
-            f"cannot look at {location.url!r}: {_why(exc, location)}; nothing was published",
-            code=10,
-            filename=location.url,
+        raise request_error(
+            errors.RemoteWriteError, f"cannot look at {location.url!r}", exc, location,
+            then="; nothing was published",
         ) from exc
     return True
 
@@ -246,15 +239,12 @@ def _check_object(
 ) -> None:
     """Compare the object now at the location with what was sent: its size; its ETag with the
     upload's answer and, for S3, with the MD5 digests of the parts."""
-    from zarrdb.remote import _why
-
     try:
         meta = obstore.head(store, location.path)
     except Exception as exc:
-        raise errors.RemoteWriteError(
-            f"{location.url!r} was uploaded, but cannot be looked at: {_why(exc, location)}",
-            code=10,
-            filename=location.url,
+        raise request_error(
+            errors.RemoteWriteError, f"{location.url!r} was uploaded, but cannot be looked at",
+            exc, location,
         ) from exc
     result.etag = meta.get("e_tag")
     if int(meta["size"]) != result.size:

@@ -33,6 +33,10 @@
  * are files other code writes. With `trace`, every tracked operation and every choice at the
  * cut is printed on stderr. POSIX only (the tests that use it fork); elsewhere zpl_enable()
  * fails.
+ *
+ * Compiled only into test builds (setup.py defines ZARRDB_TEST_VFS when the environment sets
+ * ZARRDB_TEST_VFS=1, as scripts/dev.sh and scripts/memcheck.sh do); a release build, every
+ * wheel, has only the three stubs at the end, and zpl_enable() there says it is not built.
  */
 #ifndef ZARRDB_VFS_POWERLOSS_H
 #define ZARRDB_VFS_POWERLOSS_H
@@ -42,7 +46,7 @@
 
 #include "_sqlite_amalgamation.h"
 
-#ifndef _WIN32
+#if defined(ZARRDB_TEST_VFS) && !defined(_WIN32)
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -54,11 +58,18 @@
 #define ZPL_SUPPORTED 0
 #endif
 
+#ifdef ZARRDB_TEST_VFS
+#define ZPL_BUILT 1
+#else
+#define ZPL_BUILT 0
+#endif
+
 /* zpl_enable() results */
 #define ZPL_OK 0
 #define ZPL_ERR_ENABLED 1      /* already enabled in this process */
 #define ZPL_ERR_UNSUPPORTED 2  /* not on this platform */
 #define ZPL_ERR_NOMEM 3
+#define ZPL_ERR_NOT_BUILT 4    /* a release build: the simulator is not compiled in */
 
 #if ZPL_SUPPORTED
 
@@ -812,12 +823,12 @@ static sqlite3_int64 zpl_events(void) {
     return n;
 }
 
-#else /* !ZPL_SUPPORTED */
+#else /* !ZPL_SUPPORTED: a release build, or not POSIX */
 
 static int zpl_enable(sqlite3_uint64 seed, double keep, double tear, sqlite3_int64 sector,
                       int exit_code, int trace) {
     (void)seed; (void)keep; (void)tear; (void)sector; (void)exit_code; (void)trace;
-    return ZPL_ERR_UNSUPPORTED;
+    return ZPL_BUILT ? ZPL_ERR_UNSUPPORTED : ZPL_ERR_NOT_BUILT;
 }
 
 static void zpl_cut(sqlite3_int64 n) { (void)n; }

@@ -1,14 +1,20 @@
 # A power-loss simulator for tests: a VFS that wraps SQLite's default one and plays a disk with
 # a volatile write cache that loses power (_vfs_powerloss.h says exactly how). Included into
 # _core.pyx, so it is the SQLite every connection of the process uses; it is registered only
-# once a test calls _powerloss_enable(), and until then it does not exist.
+# once a test calls _powerloss_enable(), and until then it does not exist. Only test builds
+# (ZARRDB_TEST_VFS=1 at build time) compile it; elsewhere _POWERLOSS_VFS is False and
+# _powerloss_enable() raises NotImplementedError.
 
 cdef extern from "_vfs_powerloss.h" nogil:
-    int ZPL_OK, ZPL_ERR_ENABLED, ZPL_ERR_UNSUPPORTED, ZPL_ERR_NOMEM
+    int ZPL_OK, ZPL_ERR_ENABLED, ZPL_ERR_UNSUPPORTED, ZPL_ERR_NOMEM, ZPL_ERR_NOT_BUILT
+    int ZPL_BUILT
     int zpl_enable(uint64_t seed, double keep, double tear, int64_t sector, int exit_code,
                    int trace)
     void zpl_cut(int64_t after)
     int64_t zpl_events()
+
+# Whether this build has the simulator (a test build) at all.
+_POWERLOSS_VFS = bool(ZPL_BUILT)
 
 
 def _powerloss_enable(seed, *, keep=0.5, tear=0.25, sector=512, exit_code=77, trace=False):
@@ -31,6 +37,11 @@ def _powerloss_enable(seed, *, keep=0.5, tear=0.25, sector=512, exit_code=77, tr
                     int(exit_code), bool(trace))
     if rc == ZPL_ERR_ENABLED:
         raise RuntimeError("the power-loss simulation is enabled already in this process")
+    if rc == ZPL_ERR_NOT_BUILT:
+        raise NotImplementedError(
+            "this build of zarrdb has no power-loss simulation: only test builds have it "
+            "(built with ZARRDB_TEST_VFS=1, as scripts/dev.sh does)"
+        )
     if rc == ZPL_ERR_UNSUPPORTED:
         raise NotImplementedError("the power-loss simulation needs a POSIX system")
     if rc != ZPL_OK:

@@ -824,9 +824,10 @@ cdef object _write_error(Writer writer, int rc, int xrc, str message, object key
             "an earlier error; nothing of the transaction is stored",
             filename=path,
         )
-    if rc == W_ERR_NOMEM:
-        return MemoryError()
     context = f"cannot write {key!r}"
+    if rc == W_ERR_NOMEM:  # the writer's own allocation: SQLite's code, through the same table
+        rc = xrc = SQLITE_NOMEM
+        message = sqlite3_errstr(SQLITE_NOMEM).decode("utf-8", "replace")
     if (rc & 0xFF) in (SQLITE_BUSY, SQLITE_LOCKED):
         context += f": gave up after waiting {writer.busy_timeout:g} s for a lock"
     return _errors.sqlite_error(rc, xrc, message, filename=path, context=context)

@@ -21,13 +21,10 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from zarrdb import _format
 from zarrdb._core import Database, Port, Writer, _exit_transaction
-
-if TYPE_CHECKING:
-    from zarrdb.store import SQLiteStore
 
 # One group commit takes at most this many bytes (the rest waits for the next): bounds a
 # transaction's size and the pages SQLite keeps for it.
@@ -77,6 +74,7 @@ VACUUM_MIN_PAGES = 16
 MODIFIED_AT_INTERVAL = 0.5
 
 T = TypeVar("T")
+S = TypeVar("S")  # the session a Transaction gives when entered (the store)
 
 # (kind, key, value): "set" | "set_if_absent" | "delete" | "delete_prefix"
 Op = tuple[str, str, Any]
@@ -110,8 +108,8 @@ class Writing:
             vacuum_pages=VACUUM_STEP_PAGES,
             vacuum_min=VACUUM_MIN_PAGES,
         )
-        self.ports: dict[int, _LoopPort] = {}  # id(loop) -> its port
-        self.ports_lock = threading.Lock()
+        self.watches: dict[int, _LoopWatch] = {}  # id(loop) -> its port's watch
+        self.watches_lock = threading.Lock()
 
     def call_holding(self, fn: Callable[[Database], T], drain: bool = True) -> T:
         """`fn(db)` on the write connection, taken from the writer thread (with `drain`, once
@@ -135,15 +133,15 @@ class Writing:
     async def write_async(self, ops: Sequence[Op]) -> None:
         """As write_sync, for a coroutine: the event loop runs on while the writer works."""
         loop = asyncio.get_running_loop()
-        port = self.ports.get(id(loop))
-        if port is None or port.loop() is not loop:
-            port = self._port(loop)
-        sub = self.writer.submit(ops, port=port.port, block=False)
+        watch = self.watches.get(id(loop))
+        if watch is None or watch.loop() is not loop:
+            watch = self._watch(loop)
+        sub = self.writer.submit(ops, port=watch.port, block=False)
         if sub is None:
             # The queue is full (or a transaction is opening): wait in a worker thread, not on
             # the loop.
-            sub = await asyncio.to_thread(self.writer.submit, ops, port=port.port)
-            port.hint(loop)
+            sub = await asyncio.to_thread(self.writer.submit, ops, port=watch.port)
+            watch.hint(loop)
             if sub.joined:
                 return
             if sub.done:  # possibly drained already, before a future was attached
@@ -152,29 +150,29 @@ class Writing:
                     raise err
                 return
         else:
-            port.hint(loop)
+            watch.hint(loop)
             if sub.joined:
                 return
         future = loop.create_future()
         sub.future = future
         await future
 
-    def _port(self, loop: asyncio.AbstractEventLoop) -> _LoopPort:
-        with self.ports_lock:
-            self._prune_ports()
-            port = _LoopPort(self.writer, loop)
-            self.ports[id(loop)] = port
-        return port
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> _LoopWatch:
+        with self.watches_lock:
+            self._prune_watches()
+            watch = _LoopWatch(self.writer, loop)
+            self.watches[id(loop)] = watch
+        return watch
 
-    def _prune_ports(self) -> None:
+    def _prune_watches(self) -> None:
         """Drop the ports of loops that are gone or closed, once nothing is in flight on them."""
-        for key, port in list(self.ports.items()):
-            loop = port.loop()
+        for key, watch in list(self.watches.items()):
+            loop = watch.loop()
             if loop is None or loop.is_closed():
-                port.settle()  # whatever finished meanwhile: release its buffers
-                if port.port.pending == 0:
-                    port.close()
-                    del self.ports[key]
+                watch.settle()  # whatever finished meanwhile: release its buffers
+                if watch.port.pending == 0:
+                    watch.close()
+                    del self.watches[key]
 
     # --- closing -------------------------------------------------------------------------------
 
@@ -182,15 +180,16 @@ class Writing:
         """Commit everything queued and stop the writer (the Database is then Python's);
         settle what the ports still hold."""
         self.writer.close()
-        with self.ports_lock:
-            for port in self.ports.values():
-                port.settle()
-                port.close()
-            self.ports.clear()
+        with self.watches_lock:
+            for watch in self.watches.values():
+                watch.settle()
+                watch.close()
+            self.watches.clear()
 
 
-class _LoopPort:
-    """A writer port watched by one event loop."""
+class _LoopWatch:
+    """One event loop's watch on its writer Port (the engine's): settles the futures of the
+    loop's writes as the port reports them."""
 
     def __init__(self, writer: Writer, loop: asyncio.AbstractEventLoop) -> None:
         self.port = Port(writer)
@@ -329,7 +328,7 @@ class _Level:
                 self.end(False)
 
 
-class Transaction:
+class Transaction(Generic[S]):
     """`with store.transaction():` and `async with store.transaction():`.
 
     The store object is the session: while the block is open, every write through the store
@@ -339,14 +338,13 @@ class Transaction:
     block, tasks and threads started with its context) nests as a savepoint, undone if it
     raises; entered anywhere else, it waits for the open one to end."""
 
-    def __init__(self, store: SQLiteStore) -> None:
-        self.store = store
+    def __init__(self, store: S, writing: Callable[[], Writing]) -> None:
+        self.store = store  # what entering gives
+        self.writing = writing  # the store's writer (raises if the store may not write)
         self.levels: list[_Level] = []
 
     def _level(self) -> _Level:
-        writing = self.store._connections_for_write().writing
-        assert writing is not None
-        return _Level(writing.writer)
+        return _Level(self.writing().writer)
 
     def _forget(self, level: _Level) -> None:
         """Roll back `level` if it opened, and drop it (its __enter__ failed or was
@@ -355,7 +353,7 @@ class Transaction:
         if level in self.levels:
             self.levels.remove(level)
 
-    def __enter__(self) -> SQLiteStore:
+    def __enter__(self) -> S:
         # Ctrl-C or SIGTERM may raise at any point where Python runs signal handlers: as a
         # function starts, and as a call into compiled code returns. From the moment the level
         # is listed until __enter__ returns, any of them rolls back what was opened. (A
@@ -374,7 +372,7 @@ class Transaction:
     # before the level has ended, leaving the transaction open for good.
     __exit__ = _exit_transaction
 
-    async def __aenter__(self) -> SQLiteStore:
+    async def __aenter__(self) -> S:
         # In a worker thread: waiting for another transaction, for the writes queued before,
         # or for another process's lock must not stop the event loop, which may be running
         # this transaction's own work. The context's mark is set here, in the coroutine.

@@ -24,6 +24,7 @@ __all__ = [
     "CantOpenError",
     "DiskIOError",
     "OperationInterruptedError",
+    "OutOfMemoryError",
     "FormatError",
     "NotAZarrDBError",
     "Zarr2FileError",
@@ -146,6 +147,10 @@ class RemoteWriteError(DiskIOError):
     publishes nothing."""
 
 
+class OutOfMemoryError(SQLiteError, MemoryError):
+    """SQLite (or zarrdb's engine) could not allocate memory (SQLITE_NOMEM)."""
+
+
 class OperationInterruptedError(SQLiteError):
     """The operation was interrupted (SQLITE_INTERRUPT)."""
 
@@ -217,6 +222,7 @@ SQLITE_ERROR = 1
 SQLITE_PERM = 3
 SQLITE_BUSY = 5
 SQLITE_LOCKED = 6
+SQLITE_NOMEM = 7
 SQLITE_READONLY = 8
 SQLITE_INTERRUPT = 9
 SQLITE_IOERR = 10
@@ -239,6 +245,7 @@ _BY_PRIMARY_CODE: dict[int, type[SQLiteError]] = {
     SQLITE_PERM: CantOpenError,
     SQLITE_BUSY: DatabaseLockedError,
     SQLITE_LOCKED: DatabaseLockedError,
+    SQLITE_NOMEM: OutOfMemoryError,
     SQLITE_READONLY: ReadOnlyError,
     SQLITE_INTERRUPT: OperationInterruptedError,
     SQLITE_IOERR: DiskIOError,

@@ -1,9 +1,9 @@
 """SQLiteStore: a zarr v3 store in one SQLite file (SQLiteStore 1.0 format).
 
 This module is the adapter between zarr's Store API and the engine: opening, options, pickling
-and writes. The work behind it lives in its own modules (see ARCHITECTURE.md):
-- _connections.py: opening and creating the file, one read connection per thread, closing on
-  every path;
+and writes. The work behind it lives in its own modules (the module map of docs/development.md):
+- _connections.py: the connections of this process and where each call goes, closing on every
+  path; _opening.py: creating and checking the file; _readers.py: a read connection per thread;
 - _reading.py: reads, byte ranges, batches and listings (a mixin of SQLiteStore);
 - _writing.py: writes go to the engine's writer thread (group commit beside zarr's own work),
   and explicit transactions (`with store.transaction():`) on top of it;
@@ -23,12 +23,8 @@ from zarr.core.buffer import Buffer
 
 from zarrdb import _format
 from zarrdb import remote as _remote
-from zarrdb._connections import (
-    DEFAULT_CACHE_KIB,
-    DEFAULT_MMAP_BYTES,
-    Connections,
-    unwind_on_sigterm,
-)
+from zarrdb._connections import Connections
+from zarrdb._opening import DEFAULT_CACHE_KIB, DEFAULT_MMAP_BYTES
 from zarrdb._file_ops import FileOperations
 from zarrdb._reading import Reads
 from zarrdb._writing import Transaction, Writing
@@ -41,7 +37,7 @@ __all__ = ["SQLiteStore"]
 
 Durability = Literal["full", "normal", "off"]
 # Durability levels; the SQLite synchronous setting each stands for, by journal mode, is chosen
-# in _connections._synchronous.
+# in _opening.synchronous.
 _DURABILITY_LEVELS = ("full", "normal", "off")
 
 # This process's id, kept current across fork() without a system call per store call.
@@ -195,10 +191,6 @@ class SQLiteStore(FileOperations, Reads, Store):
         }
         self._conns: Connections | None = None
         self._closer: weakref.finalize[[], SQLiteStore] | None = None
-        if not self.read_only:
-            # So that SIGTERM, too, leaves the file whole (see unwind_on_sigterm): made here,
-            # in the caller's thread (zarr opens stores on its own event-loop thread).
-            unwind_on_sigterm()
         self._open_lock = threading.Lock()
         # A remote store's read threads (made at the first read; see remote.ReadPool).
         self._pool: _remote.ReadPool | None = None
@@ -304,6 +296,11 @@ class SQLiteStore(FileOperations, Reads, Store):
     def _connections_for_write(self) -> Connections:
         self._check_writable()
         return self._connections()
+
+    def _writable_writing(self) -> Writing:
+        """The writer, after checking that the store may write (ReadOnlyError)."""
+        self._check_writable()
+        return self._writing()
 
     def _writing(self) -> Writing:
         """The writer of this process's connections; only for a writable store (callers
@@ -418,7 +415,7 @@ class SQLiteStore(FileOperations, Reads, Store):
         )
         self._expect_etag = remote["etag"]
 
-    def transaction(self) -> Transaction:
+    def transaction(self) -> Transaction[Self]:
         """A block whose writes to this store are one atomic commit.
 
         Use it as `with store.transaction():` or `async with store.transaction():`. The store
@@ -435,7 +432,7 @@ class SQLiteStore(FileOperations, Reads, Store):
         context manager
             Entering it gives the store.
         """
-        return Transaction(self)
+        return Transaction(self, self._writable_writing)
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -460,7 +457,7 @@ class SQLiteStore(FileOperations, Reads, Store):
     def delete_sync(self, key: str) -> None:
         """Delete `key` (if stored) without an event loop; the synchronous form of `delete`."""
         self._check_writable()
-        self._writing().write_sync([("delete", key, None)])
+        self._writing().write_sync([("delete", _format.check_key(key), None)])
 
     async def _write(self, ops: list[tuple[str, str, Any]]) -> None:
         self._check_writable()
@@ -507,8 +504,9 @@ class SQLiteStore(FileOperations, Reads, Store):
         await self._set_many(values)
 
     async def delete(self, key: str) -> None:
-        """Delete `key`; deleting a key that is not stored is not an error."""
-        await self._write([("delete", key, None)])
+        """Delete `key`; deleting a key that is not stored is not an error (a key that breaks
+        the format's key rules is: InvalidKeyError, as for `set`)."""
+        await self._write([("delete", _format.check_key(key), None)])
 
     async def delete_dir(self, prefix: str) -> None:
         """Delete every key below `prefix` (a group or array path), in one commit."""

@@ -4,6 +4,8 @@ the file name; plus the errors zarrdb raises itself (too large, closed, misuse).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from urllib.parse import quote
@@ -421,7 +423,7 @@ def test_error_classes_follow_the_primary_code():
         4: errors.SQLiteError,  # SQLITE_ABORT
         5: errors.DatabaseLockedError,
         6: errors.DatabaseLockedError,
-        7: errors.SQLiteError,  # SQLITE_NOMEM
+        7: errors.OutOfMemoryError,  # SQLITE_NOMEM (a MemoryError)
         8: errors.ReadOnlyError,
         9: errors.OperationInterruptedError,
         10: errors.DiskIOError,
@@ -469,3 +471,93 @@ def test_os_error_subclasses_print_their_message():
     assert str(err).startswith("'/x': unable to open database file")
     assert not str(err).startswith("[Errno")
     assert os.fspath("/x") == err.filename
+
+
+# --- every bind's result is checked ------------------------------------------------------------
+
+# With the connection's length limit lowered below it, binding this key fails (SQLITE_TOOBIG).
+# An unchecked bind leaves the parameter NULL and runs the statement anyway: a lookup finds
+# nothing, a delete deletes nothing, an insert fails on the NOT NULL constraint instead.
+LIMIT = 200
+LONG = "k" * (LIMIT + 100)
+
+BOUND = [
+    ("get", lambda db: db.get(LONG)),
+    ("get_range", lambda db: db.get_range(LONG, 0, 1)),
+    ("get_ranges", lambda db: db.get_ranges([("k", 0, None), (LONG, 0, None)])),
+    ("exists", lambda db: db.exists(LONG)),
+    ("length", lambda db: db.length(LONG)),
+    ("list_prefix", lambda db: db.list_prefix(LONG + "/")),
+    ("list_dir", lambda db: db.list_dir(LONG + "/")),
+    ("count_prefix", lambda db: db.count_prefix(LONG + "/")),
+    ("set key", lambda db: writes.set(db, LONG, b"v")),
+    ("set value", lambda db: writes.set(db, "k", b"v" * (LIMIT + 100))),
+    ("delete", lambda db: writes.delete(db, LONG)),
+    ("delete_prefix", lambda db: writes.delete_prefix(db, LONG + "/")),
+]
+
+
+@pytest.mark.parametrize("name, call", BOUND, ids=[b[0] for b in BOUND])
+def test_a_failed_bind_raises_rather_than_running_the_statement_without_it(tmp_path, name, call):
+    path = make_db_file(tmp_path / "bind.zarrdb", rows=[("k", b"old"), (LONG, b"long")])
+    with Database(path) as db:
+        db.length_limit(LIMIT)
+        with pytest.raises(errors.ValueTooLargeError) as info:
+            call(db)
+        assert info.value.code == SQLITE_TOOBIG
+        db.length_limit(MAX_VALUE_SIZE + 2)
+        assert db.get("k") == b"old" and db.get(LONG) == b"long"  # nothing written or deleted
+
+
+def test_length_limit_reports_and_sets_the_connections_limit(tmp_path):
+    path = make_db_file(tmp_path / "limit.zarrdb")
+    with Database(path) as db:
+        compiled = db.length_limit()
+        assert compiled >= MAX_VALUE_SIZE
+        assert db.length_limit(LIMIT) == compiled
+        assert db.length_limit() == LIMIT
+
+
+# --- SQLITE_NOMEM is a MemoryError, through the error table -------------------------------------
+
+_NOMEM_CHILD = r"""
+import resource, sys
+from zarrdb import errors
+from zarrdb._core import Database
+
+db = Database(sys.argv[1])
+with open("/proc/self/statm") as f:
+    mapped = int(f.read().split()[0]) * resource.getpagesize()
+# Room for what the process maps now and a little more, not for a 1 GB value.
+resource.setrlimit(resource.RLIMIT_AS, (mapped + (256 << 20), resource.RLIM_INFINITY))
+try:
+    db.execute("SELECT randomblob(1000000000)")
+except MemoryError as exc:
+    print(type(exc).__name__, isinstance(exc, errors.OutOfMemoryError), exc.code, flush=True)
+else:
+    print("no error", flush=True)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads /proc (Linux)")
+def test_sqlite_out_of_memory_raises_memory_error_from_the_table(tmp_path):
+    """SQLite's SQLITE_NOMEM, for real (an allocation refused under an address-space limit),
+    becomes errors.OutOfMemoryError, a MemoryError, like every other code: by the table."""
+    path = make_db_file(tmp_path / "nomem.zarrdb")
+    env = dict(os.environ)
+    # An AddressSanitizer build (scripts/memcheck.sh --asan) returns NULL rather than aborting.
+    env["ASAN_OPTIONS"] = ":".join(
+        filter(None, [env.get("ASAN_OPTIONS"), "allocator_may_return_null=1"])
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", _NOMEM_CHILD, str(path)],
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["OutOfMemoryError", "True", "7"], proc.stdout + proc.stderr
+
+
+def test_nomem_code_maps_to_out_of_memory_error():
+    err = errors.sqlite_error(7, 7, "out of memory", filename="f.zarrdb", context="cannot read")
+    assert type(err) is errors.OutOfMemoryError
+    assert isinstance(err, MemoryError) and isinstance(err, errors.SQLiteError)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from zarrdb import SQLiteStore, errors
-from zarrdb._connections import open_in_this_process
+from zarrdb._open_files import open_in_this_process
 
 xr = pytest.importorskip("xarray", reason="xarray is not installed (pip install 'zarrdb[dask]')")
 pd = pytest.importorskip("pandas", reason="pandas (an xarray dependency) is not installed")

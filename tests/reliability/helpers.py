@@ -21,12 +21,22 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from zarrdb import SQLiteStore
+import pytest
+
+from zarrdb import SQLiteStore, _core
 
 HERE = Path(__file__).resolve().parent
 TESTS_DIR = HERE.parent
 REPO = TESTS_DIR.parent
 PYTHON = sys.executable
+
+# The power-loss simulator is compiled only into test builds (ZARRDB_TEST_VFS=1, which
+# scripts/dev.sh sets); tests/test_build.py checks that such a build has it.
+needs_powerloss_vfs = pytest.mark.skipif(
+    not _core._POWERLOSS_VFS,
+    reason="this build has no power-loss simulator (a release build: test builds are made "
+    "with ZARRDB_TEST_VFS=1, as scripts/dev.sh does)",
+)
 
 
 def trials(variable: str, default: int, slow_default: int, *, slow: bool) -> int:

@@ -45,7 +45,7 @@ import pytest
 import zarr
 
 from zarrdb import _core
-from zarrdb._connections import compiled_default
+from zarrdb._opening import compiled_default
 from zarrdb.errors import ReadOnlyError
 
 from . import _power_loss_child as child
@@ -54,6 +54,7 @@ from .helpers import (
     TESTS_DIR,
     child_env,
     header_journal_mode,
+    needs_powerloss_vfs,
     opened,
     read_all,
     remove_leftover,
@@ -401,12 +402,14 @@ def check(children, tmp_path, durability, journal, count, capsys) -> Summary:
     return summary
 
 
+@needs_powerloss_vfs
 @pytest.mark.parametrize("journal", JOURNALS)
 @pytest.mark.parametrize("durability", LEVELS)
 def test_power_loss(children, tmp_path, durability, journal, capsys):
     check(children, tmp_path, durability, journal, power_trials(durability, False), capsys)
 
 
+@needs_powerloss_vfs
 @pytest.mark.slow
 @pytest.mark.parametrize("journal", JOURNALS)
 @pytest.mark.parametrize("durability", LEVELS)

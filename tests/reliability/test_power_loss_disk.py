@@ -15,10 +15,15 @@ import pytest
 from zarrdb import _core
 from zarrdb._core import Database
 
-pytestmark = pytest.mark.skipif(
-    sys.platform == "win32" or not hasattr(os, "fork"),
-    reason="the power-loss simulation is POSIX-only",
-)
+from .helpers import needs_powerloss_vfs
+
+pytestmark = [
+    pytest.mark.skipif(
+        sys.platform == "win32" or not hasattr(os, "fork"),
+        reason="the power-loss simulation is POSIX-only",
+    ),
+    needs_powerloss_vfs,
+]
 
 CUT = 77
 SECTOR = 512

@@ -261,7 +261,7 @@ def test_store_used_before_fork_works_in_the_child(tmp_path, exit_how):
     store.set_sync("parent/before", buf.from_bytes(b"p"))
     assert store.get_sync("parent/before") is not None  # the parent's reader exists
     parent_conns = store._conns
-    parent_writer, parent_readers = parent_conns.writing, list(parent_conns.readers)
+    parent_writer, parent_readers = parent_conns.writing, list(parent_conns.pool.readers)
     assert parent_writer is not None and parent_readers
 
     def child():
@@ -275,7 +275,7 @@ def test_store_used_before_fork_works_in_the_child(tmp_path, exit_how):
             "before": before,
             "own_pid": conns.pid == os.getpid(),
             "new_writer": conns.writing is not parent_writer,
-            "new_readers": not any(r is p for r in conns.readers for p in parent_readers),
+            "new_readers": not any(r is p for r in conns.pool.readers for p in parent_readers),
         }
         if exit_how == "close":
             store.close()

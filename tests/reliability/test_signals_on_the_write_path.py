@@ -70,7 +70,9 @@ if how == "sigint-timer":
         raise KeyboardInterrupt
     signal.signal(signal.SIGALRM, interrupt)
     signal.setitimer(signal.ITIMER_REAL, 0.3)
-else:  # zarrdb's own SIGTERM handler raises SystemExit
+else:  # the handler of zarrdb.exit_on_sigterm() raises SystemExit
+    import zarrdb
+    assert zarrdb.exit_on_sigterm()
     threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGTERM)).start()
 
 def release():

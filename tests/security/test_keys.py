@@ -78,7 +78,7 @@ def _buf(data: bytes):
 
 
 @pytest.mark.parametrize("key", HOSTILE, ids=IDS)
-def test_store_refuses_unsafe_keys_on_every_write(tmp_path, key):
+def test_store_refuses_unsafe_keys_on_every_write_and_delete(tmp_path, key):
     path = tmp_path / "s.zarrdb"
 
     async def attempt() -> None:
@@ -93,6 +93,11 @@ def test_store_refuses_unsafe_keys_on_every_write(tmp_path, key):
                 await store.set_many([("fine/1", _buf(b"1")), (key, _buf(b"bad"))])
             with pytest.raises(errors.InvalidKeyError):
                 store.set_sync(key, _buf(b"bad"))
+            # deleting checks the key as writing it does
+            with pytest.raises(errors.InvalidKeyError, match="invalid key"):
+                await store.delete(key)
+            with pytest.raises(errors.InvalidKeyError):
+                store.delete_sync(key)
             assert [k async for k in store.list()] == ["ok"]
         finally:
             store.close()

@@ -784,9 +784,9 @@ def test_threads_that_come_and_go_reuse_read_connections(read_only: bool, tmp_pa
     assert not wrong
     conns = store._conns
     assert conns is not None
-    assert len(conns.readers) <= 5, len(conns.readers)
+    assert len(conns.pool.readers) <= 5, len(conns.pool.readers)
     if descriptors is not None:
         # each SQLite connection in WAL mode holds the file and its -shm; allow one spare
         assert _open_descriptors() <= descriptors + 2 * 4 + 2
     store.close()
-    assert conns.readers == [] and conns.idle_readers == []
+    assert conns.pool.readers == [] and conns.pool.idle == []

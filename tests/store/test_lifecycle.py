@@ -24,6 +24,7 @@ import pytest
 import zarr
 from zarr.core.buffer import cpu
 
+import zarrdb
 from zarrdb import SQLiteStore, errors
 
 SIDECARS = ("-wal", "-shm", "-journal")
@@ -96,12 +97,17 @@ def test_unclosed_stores_leave_one_whole_file_at_exit(tmp_path):
 _ENDING = """
 import os, signal, sys, time
 import zarr
+import zarrdb
 from zarrdb import SQLiteStore
 path, how = sys.argv[1], sys.argv[2]
 # A program run from a terminal turns Ctrl-C into KeyboardInterrupt; Python leaves SIGINT
 # ignored instead when it inherits it ignored (a background job of a shell, as a CI runner's).
 signal.signal(signal.SIGINT, signal.default_int_handler)
+if how == "sigterm":
+    assert zarrdb.exit_on_sigterm()
 store = SQLiteStore(path, journal="wal")
+# zarrdb sets no signal handler of its own: SIGTERM does what the program chose
+assert (signal.getsignal(signal.SIGTERM) is signal.SIG_DFL) == (how != "sigterm")
 zarr.create_array(store, name="a", shape=(100,), chunks=(10,), dtype="i4")[:] = 7
 print("ready", flush=True)
 if how == "exception":
@@ -119,8 +125,8 @@ while time.monotonic() < deadline:
 @pytest.mark.parametrize("how", ["sigterm", "sigint", "exception"])
 def test_process_ending_by_signal_or_exception_leaves_one_whole_file(tmp_path, how):
     """A program that never closes its store (in WAL mode, which leaves -wal/-shm files
-    while open) ends by SIGTERM, by Ctrl-C, or by an exception nobody catches: one file in
-    DELETE mode remains, with every write in it."""
+    while open) ends by SIGTERM (with zarrdb.exit_on_sigterm()), by Ctrl-C, or by an exception
+    nobody catches: one file in DELETE mode remains, with every write in it."""
     path = tmp_path / f"{how}.zarrdb"
     proc = subprocess.Popen(
         [sys.executable, "-c", _ENDING, str(path), how],
@@ -137,6 +143,56 @@ def test_process_ending_by_signal_or_exception_leaves_one_whole_file(tmp_path, h
     assert sidecars(path) == []
     assert header_mode(path) == (1, 1)
     assert rows_seen_by_stdlib(path, "SELECT count(*) FROM zarr WHERE k LIKE 'a/c/%'") == [[10]]
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGTERM"), reason="POSIX signals")
+def test_sigterm_without_exit_on_sigterm_leaves_a_consistent_file_the_next_open_tidies(tmp_path):
+    """Without zarrdb.exit_on_sigterm() SIGTERM ends the process at once, its exit handlers
+    skipped: the file stays in WAL mode with its -wal and -shm files, every returned write in
+    them; the next writable open recovers it and its close leaves one file in DELETE mode."""
+    path = tmp_path / "default.zarrdb"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _ENDING, str(path), "sigterm-default"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGTERM, err  # no handler: the default action
+    assert header_mode(path) == (2, 2)
+    assert "-wal" in sidecars(path)
+    store = SQLiteStore(path)
+    try:
+        assert store.check() == []
+        data = zarr.open_array(store, path="a", mode="r")[:]
+        assert (data == 7).all() and data.shape == (100,)
+    finally:
+        store.close()
+    assert sidecars(path) == []
+    assert header_mode(path) == (1, 1)
+    assert rows_seen_by_stdlib(path, "SELECT count(*) FROM zarr WHERE k LIKE 'a/c/%'") == [[10]]
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGTERM"), reason="POSIX signals")
+def test_exit_on_sigterm_keeps_the_programs_own_choice():
+    """exit_on_sigterm() changes nothing where the program has a SIGTERM handler or ignores
+    SIGTERM; a second call once installed changes nothing either."""
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        for own in (signal.SIG_IGN, lambda signum, frame: None):
+            signal.signal(signal.SIGTERM, own)
+            assert zarrdb.exit_on_sigterm() is False
+            assert signal.getsignal(signal.SIGTERM) is own
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        assert zarrdb.exit_on_sigterm() is True
+        installed = signal.getsignal(signal.SIGTERM)
+        assert callable(installed)
+        assert zarrdb.exit_on_sigterm() is False
+        assert signal.getsignal(signal.SIGTERM) is installed
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def test_garbage_collected_store_is_closed_like_close(tmp_path):

@@ -1,0 +1,255 @@
+"""Opening a SQLiteStore file: creating it atomically, checking it against the format, the
+journal policy and the write connection's durability, and what a read-only open tidies (a hot
+journal rolled back, the WAL sidecars it made removed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from typing import Any, Literal
+
+from zarrdb import _format, errors
+from zarrdb._core import Database, _library_info
+
+# New files get 64 KiB pages: a large value (a shard) is a chain of 16 times fewer overflow
+# pages, so a byte range deep inside it is reached quickly and partial reads stay flat as shards
+# grow from 1 to 16 MiB; large values also write faster (benchmarks/tunables.py).
+DEFAULT_PAGE_SIZE = 65536
+# New files keep a pointer map (SQLite's incremental auto-vacuum, which also lets deletes give
+# free pages back): with it SQLite finds the next overflow page of a value without reading the
+# current one, so a byte range near the end of a shard costs a few lookups in one hot page
+# instead of touching every page of the chain. Random windows out of 4 and 16 MiB shards
+# measured 5% and 8% faster; ingest of small chunks about 2% slower.
+AUTO_VACUUM = "incremental"
+# Page cache per connection, KiB (SQLite's default of 2 MiB holds only 31 pages of 64 KiB;
+# reads mostly go through mmap, so more buys little: benchmarks/tunables.py).
+DEFAULT_CACHE_KIB = 16384
+# Read connections map this much of the file into memory: a value is copied straight from the
+# OS page cache, and a byte range deep in a large value costs no page reads to reach.
+DEFAULT_MMAP_BYTES = 256 * 1024 * 1024
+
+
+def compiled_default(name: str) -> int | None:
+    """A number the SQLite in use was compiled with, e.g. DEFAULT_SYNCHRONOUS (None: unknown)."""
+    for option in _library_info()[2]:
+        key, _, value = option.partition("=")
+        if key == name and value.isdigit():
+            return int(value)
+    return None
+
+
+# SQLite's synchronous setting when none is set: its default while the file is in a rollback
+# journal (FULL, 2, in zarrdb's build and most others), its WAL default in WAL mode.
+_ROLLBACK_DEFAULT_IS_FULL = (compiled_default("DEFAULT_SYNCHRONOUS") or 0) >= 2
+
+
+def synchronous(
+    durability: str, journal: str
+) -> Literal["off", "normal", "full", "extra"] | None:
+    """PRAGMA synchronous of the write connection; None leaves it to SQLite, which then uses
+    FULL while the file is in a rollback journal and NORMAL once it is in WAL mode (setup.py's
+    SQLITE_DEFAULT_WAL_SYNCHRONOUS; a system SQLite may use FULL there too), following the
+    writer's switch from one to the other (journal="auto").
+
+    A power loss (tests/reliability/test_power_loss.py) showed why: with NORMAL, SQLite does
+    not sync the end of a rollback journal (its truncation or deletion), so the journal can come
+    back over later writes (the file truncated after VACUUM, sectors of the next journal), and
+    rolling it back damaged the file; with FULL, a deleted journal can come back whole and roll
+    back a commit that had returned. EXTRA is FULL plus a sync of the directory once the
+    journal is deleted. In WAL mode NORMAL only loses the last commits."""
+    if durability == "off":
+        return "off"
+    if durability == "full" or journal == "delete":
+        return "extra"
+    if journal == "wal":
+        return "normal"
+    return None if _ROLLBACK_DEFAULT_IS_FULL else "full"
+
+
+def open_writable(path: str, opts: dict[str, Any]) -> Database:
+    """The write connection of the file at `path` (created if missing), checked against the
+    format (an empty file initialised in place) and in the journal mode `opts` asks for."""
+    if not os.path.exists(path):
+        _create(path, opts)
+    db = Database(
+        path,
+        mode="c",
+        busy_timeout=opts["busy_timeout"],
+        cache_size=opts["cache_size"],
+        synchronous=synchronous(opts["durability"], opts["journal"]),
+        cell_size_check=opts["check_pages"],
+    )
+    try:
+        facts = _format.read_facts(db)
+        if facts.is_empty:  # an empty file made by someone else: initialise it in place
+            _initialise(db, opts, path)
+        else:
+            _format.warn(_format.validate(facts, path=path, writable=True))
+        # "auto" starts with a rollback journal (TRUNCATE: no file created and deleted at every
+        # commit) and the writer may move to WAL (see _writing.AUTO_WAL_AFTER); a file another
+        # connection has in WAL mode already stays in it.
+        wanted = {"auto": "truncate", "wal": "wal", "delete": "delete"}[opts["journal"]]
+        if opts["journal"] == "auto" and db.journal_mode() == "wal":
+            wanted = "wal"
+        mode = db.journal_mode(wanted)
+        if mode != wanted:
+            raise errors.SQLiteError(
+                f"cannot switch {path!r} to journal mode {wanted!r} (got {mode!r}; another "
+                "connection may have it open in another mode)"
+            )
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def foreign_journal(path: str) -> bool:
+    """Whether a journal beside `path` belongs to another user than the file."""
+    try:
+        return os.stat(path + "-journal").st_uid != os.stat(path).st_uid
+    except OSError:
+        return False  # no journal (the usual case)
+
+
+def roll_back_hot_journal(path: str, busy_timeout: float, foreign: bool) -> None:
+    """Roll back the transaction a writer left unfinished in `path`'s journal, through a
+    connection that may write (the file is not otherwise changed). Only a journal of the file's
+    own owner is rolled back (`foreign`: it was another user's), and only where this process may
+    write the file and its folder; otherwise ReadOnlyError names the journal and what to do."""
+    journal = path + "-journal"
+    folder = os.path.dirname(path) or "."
+    if foreign:
+        # Anyone who may create files in the folder can put a journal beside the file; rolling
+        # it back would copy its pages into the file.
+        why = (
+            f"the journal {journal!r} beside it belongs to another user than the file, so "
+            "zarrdb does not roll it back (that would copy its pages into the file). If a "
+            "writer of this file crashed, the file's owner opening it once for writing rolls "
+            "it back; if you did not expect the journal, remove it"
+        )
+    elif os.access(path, os.W_OK) and os.access(folder, os.W_OK):
+        db = Database(path, mode="w", busy_timeout=busy_timeout)
+        try:
+            db.pragma("schema_version")  # reading rolls the journal back
+        finally:
+            db.close()
+        return
+    else:
+        why = (
+            f"a writer stopped in the middle of a transaction and left the journal {journal!r}, "
+            "which must be rolled back first, and that needs write permission on the file and "
+            "its folder. Open it once as a user who may write both (any zarrdb command does "
+            f"it, e.g. `zarrdb info {path}`); do not delete a journal a crashed writer of this "
+            "file left, which would leave the file damaged"
+        )
+    raise errors.ReadOnlyError(
+        f"{path!r} cannot be read: {why}",
+        code=errors.SQLITE_READONLY,
+        extended_code=errors.SQLITE_READONLY_ROLLBACK,
+        filename=path,
+    )
+
+
+def header_says_wal(path: str) -> bool:
+    """Bytes 18-19 of the SQLite header: 2, 2 for WAL mode."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return False
+    return len(head) == 20 and head[18] == 2 and head[19] == 2
+
+
+def remove_sidecars_we_made(path: str) -> None:
+    """Remove the -wal and -shm files that reading a file in WAL mode made (the file's own
+    writer had left none), if they hold nothing: a connection allowed to write, opened and
+    closed as the last one, checkpoints nothing and deletes them; the file itself is not
+    written. Where this process may not write there, they stay (SQLite then reads without
+    them, in memory, and made none)."""
+    if not os.path.exists(path + "-wal") or os.path.getsize(path + "-wal") != 0:
+        return
+    with contextlib.suppress(errors.ZarrDBError, OSError):
+        db = Database(path, mode="w", busy_timeout=0)
+        try:
+            db.pragma("schema_version")  # joins the log, so that closing ends it
+        finally:
+            db.close()
+
+
+# --- creating a file -----------------------------------------------------------------------------
+
+
+def _initialise(db: Database, opts: dict[str, Any], path: str) -> None:
+    """Give an empty database the SQLiteStore schema and metadata, in one transaction."""
+    from zarrdb import __version__
+
+    db.pragma("page_size", int(opts["page_size"] or DEFAULT_PAGE_SIZE))
+    db.pragma("auto_vacuum", AUTO_VACUUM)  # before the first table: only an empty file takes it
+    # SQLite sized the cache in pages of the old size: size it again in KiB.
+    db.pragma("cache_size", -int(opts["cache_size"]))
+
+    def schema(db: Database) -> None:
+        facts = _format.read_facts(db)  # another process may have won the race
+        if not facts.is_empty:
+            _format.warn(_format.validate(facts, path=path, writable=True))
+            return
+        write_schema(db, f"zarrdb {__version__}")
+
+    db._atomic_call(schema)  # schema work on a connection no writer runs yet
+
+
+def write_schema(db: Database, created_by: str, *, data_table: bool = True) -> None:
+    """Make the file a SQLiteStore file inside the transaction open on `db`: the application
+    id, the tables (`data_table`: the `zarr` table too), and the metadata of a new file."""
+    db.pragma("application_id", _format.APPLICATION_ID)
+    schema = _format.SCHEMA if data_table else _format.METADATA_SCHEMA
+    db.executescript(schema)
+    for key, value in _format.initial_metadata(created_by):
+        db.execute(f"INSERT INTO {_format.METADATA_TABLE}(k, v) VALUES (?, ?)", (key, value))
+
+
+def _create(path: str, opts: dict[str, Any]) -> None:
+    """Create an empty SQLiteStore file at `path` atomically: it is built and synced in a new
+    private folder in the same directory, then linked to `path` (which fails if another process
+    created it meanwhile: then that file is used). A crash leaves no file at `path`, or a whole
+    one; at worst a hidden folder beside it."""
+    directory, name = os.path.split(path)
+    # A folder only this user can enter, made exclusively under a random name: no file or
+    # -journal that someone else planted at the temporary name can be opened as ours.
+    folder = tempfile.mkdtemp(prefix=f".{name}.creating-", dir=directory or os.curdir)
+    temporary = os.path.join(folder, name)
+    try:
+        db = Database(temporary, mode="c", busy_timeout=opts["busy_timeout"], synchronous="full")
+        try:
+            _initialise(db, opts, path)
+        finally:
+            db.close()
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return  # created by someone else meanwhile
+        except OSError:
+            # No hard links here (some network and FAT file systems): rename, which on POSIX
+            # would replace a file created meanwhile, so check first (a small window).
+            if os.path.exists(path):
+                return
+            os.rename(temporary, path)
+        _sync_directory(directory)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _sync_directory(directory: str) -> None:
+    """Make a new directory entry durable (POSIX; Windows has no directory handles to sync)."""
+    if os.name != "posix":
+        return
+    fd = os.open(directory or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on directories
+        pass
+    finally:
+        os.close(fd)
