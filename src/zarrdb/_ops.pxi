@@ -88,8 +88,12 @@ cdef int _write_large(sqlite3* db, sqlite3_stmt** st, WOp* op, int64_t* changes)
     cdef int64_t rowid = 0
     cdef int rc
     cdef bint inserted = False
-    _bind_key(stmt, 1, op.key, op.nkey)
-    sqlite3_bind_int64(stmt, 2, op.nval)
+    rc = _bind_key(stmt, 1, op.key, op.nkey)
+    if rc == SQLITE_OK:
+        rc = sqlite3_bind_int64(stmt, 2, op.nval)
+    if rc != SQLITE_OK:
+        sqlite3_reset(stmt)
+        return rc
     rc = sqlite3_step(stmt)
     if rc == SQLITE_ROW:
         rowid = sqlite3_column_int64(stmt, 0)

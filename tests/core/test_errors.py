@@ -492,6 +492,8 @@ BOUND = [
     ("count_prefix", lambda db: db.count_prefix(LONG + "/")),
     ("set key", lambda db: writes.set(db, LONG, b"v")),
     ("set value", lambda db: writes.set(db, "k", b"v" * (LIMIT + 100))),
+    ("set large value key", lambda db: writes.set(db, LONG, b"v" * (4 << 20))),
+    ("set large value", lambda db: writes.set(db, "k", b"v" * (4 << 20))),
     ("delete", lambda db: writes.delete(db, LONG)),
     ("delete_prefix", lambda db: writes.delete_prefix(db, LONG + "/")),
 ]
