@@ -227,6 +227,7 @@ class Writer:
         queue_bytes: int = 268435456,
         blob_min: int = 131072,
         hold_spill_min: int | None = None,
+        hold_spill_max: int = 536870912,
         touch_sql: str | None = None,
         touch_every: float = 0.5,
         max_age: float = 0.002,

@@ -113,6 +113,7 @@ cdef struct WState:
     # held back to the cache's pages (spill_pages) plus the batch's; spill_held: the threshold
     # set for the batch being written (0: SQLite's default)
     int64_t hold_spill_min
+    int64_t hold_spill_max
     int64_t spill_pages
     int64_t page_size
     int64_t spill_held
@@ -226,7 +227,7 @@ cdef void _hold_spill(WState* w) noexcept nogil:
     compiled, inside a transaction too; its ON/OFF form would wait for the next one.)"""
     cdef char sql[64]
     cdef int64_t pages
-    if w.batch_bytes < w.hold_spill_min:
+    if w.batch_bytes < w.hold_spill_min or w.batch_bytes > w.hold_spill_max:
         return
     pages = w.spill_pages + w.batch_bytes // (w.page_size - 4) + 16 + w.batch_n
     if pages <= w.spill_held:
@@ -934,7 +935,9 @@ cdef class Writer:
     batch_bytes: most bytes one group commit takes; queue_bytes: submitters wait while more
     than this is queued; blob_min: values at least this long are written through the blob API;
     hold_spill_min: batches of at least this many bytes are written without SQLite spilling
-    their pages before the commit (None: half the connection's page cache); signal_bytes:
+    their pages before the commit (None: half the connection's page cache); hold_spill_max:
+    batches larger than this spill as usual (holding their pages until the commit would double
+    the memory a value of gigabytes takes: its bytes, held by the caller, and its pages); signal_bytes:
     submissions through a port (an event loop's, which calls flush() once per turn) wake the
     thread only once this many bytes of them are queued, or at the flush (0: each at once);
     touch_sql, touch_every: a statement a group commit runs at most every so many seconds (the
@@ -958,7 +961,7 @@ cdef class Writer:
         self._joined = _deque()
 
     def __init__(self, Database db, *, batch_bytes=64 << 20, queue_bytes=256 << 20,
-                 blob_min=128 << 10, hold_spill_min=None, touch_sql=None, touch_every=0.5,
+                 blob_min=128 << 10, hold_spill_min=None, hold_spill_max=512 << 20, touch_sql=None, touch_every=0.5,
                  max_age=2e-3, signal_bytes=0, checkpoint=False, synchronous=1,
                  checkpoint_pages=256, wal_limit_pages=4096, wal_after=0, small_bytes=256 << 10,
                  vacuum_pages=256, vacuum_min=16):
@@ -993,6 +996,7 @@ cdef class Writer:
             # the cache takes 90% of its size in dirty pages before it spills
             hold_spill_min = _cache_bytes(db) // 2
         w.hold_spill_min = max(1, int(hold_spill_min))
+        w.hold_spill_max = max(0, int(hold_spill_max))
         w.max_age_us = <int64_t>(float(max_age) * 1e6)
         w.signal_bytes = max(0, int(signal_bytes))
         w.hold_limit = -1

@@ -104,6 +104,26 @@ def test_values_larger_than_the_page_cache_are_written_once(tmp_path, journal, c
     assert stored == {"big": big, **small}
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs Linux's /proc/self/io")
+def test_a_commit_over_the_hold_limit_spills_as_usual(tmp_path):
+    """Past hold_spill_max (512 MiB by default) a commit's pages are not held in memory until
+    it ends: the value is written as before, its zero-filled pages spilled and written again
+    (about two bytes per byte), rather than kept twice in memory."""
+    path = make_db_file(tmp_path / "spill.zarrdb", "delete")
+    db = Database(path, cache_size=1024)  # KiB: a 1 MiB page cache
+    big = os.urandom(8 << 20)
+    writer = Writer(db, blob_min=128 * 1024, hold_spill_max=4 << 20)
+    try:
+        before = _bytes_written()
+        writer.submit([("set", "big", big)]).wait()
+        written = _bytes_written() - before
+    finally:
+        writer.close()
+    assert written > 1.5 * len(big), f"{written / len(big):.2f} bytes per byte"
+    db.close()
+    assert dict(sqlite_rows(path, "SELECT k, v FROM zarr")) == {"big": big}
+
+
 def test_a_failing_write_fails_only_its_caller(tmp_path):
     """A trigger (written with the standard-library sqlite3) refuses one key: in a batch with
     other callers' writes, only the caller of that write gets the error; the others are
