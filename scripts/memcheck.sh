@@ -58,9 +58,12 @@ build_env() {
         [ -x "$venv/bin/python" ] || "$py" -m venv "$venv" >&2 || exit 2
         work=$(mktemp -d "${TMPDIR:-/tmp}/zarrdb-memcheck-build.XXXXXX")
         # A copy: setup.py writes build/ and _core.c beside the sources, which the other
-        # builds of this checkout must not pick up.
-        tar -C "$REPO" -cf - setup.py pyproject.toml README.md LICENSE MANIFEST.in src vendor \
-            | tar -C "$work" -xf -
+        # builds of this checkout must not pick up (nor may this copy read them while another
+        # build writes them: .ci/run builds the 3.12 environment at the same time).
+        tar -C "$REPO" -cf - --exclude=src/zarrdb/_core.c --exclude='src/zarrdb/*.so' \
+            --exclude='*.egg-info' --exclude=__pycache__ \
+            setup.py pyproject.toml README.md LICENSE MANIFEST.in src vendor \
+            | tar -C "$work" -xf - || die "copying the checkout failed"
         rm -rf "$work"/src/zarrdb/*.so "$work"/src/zarrdb/_core.c "$work"/src/*.egg-info
         (
             "$venv/bin/python" -m pip install --quiet --upgrade pip
