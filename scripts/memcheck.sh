@@ -22,7 +22,8 @@
 # through malloc, so every process that loads the extension is checked, forked or exec'd
 # (the extension cannot load without the runtime), and leaks are checked at each process's
 # exit. It took 10 minutes on two busy cores, niced (the build 2-6 minutes more); tests that
-# measure memory are skipped (scripts/memcheck_plugin.py).
+# measure memory are skipped, and so are the files that test the project's scripts and
+# packaging, which run no code of the extension (scripts/memcheck_plugin.py).
 #
 # Fails (non-zero) on a memory error in zarrdb's extension (1), and when the run cannot be
 # trusted (2): a log that should be there is missing, empty or cut short, pytest failed, or
@@ -67,11 +68,14 @@ build_env() {
         rm -rf "$work"/src/zarrdb/*.so "$work"/src/zarrdb/_core.c "$work"/src/*.egg-info
         (
             "$venv/bin/python" -m pip install --quiet --upgrade pip
-            # zarrdb itself rebuilt, then what the tests need (with the flag too, should pip
-            # build it once more)
-            env "$flag" "$venv/bin/python" -m pip install --quiet --force-reinstall \
-                --no-deps "$work" &&
-                env "$flag" "$venv/bin/python" -m pip install --quiet "$work[test]"
+            # zarrdb built once, as a wheel (installed from the directory with its extra,
+            # pip would build it a second time), installed in place of any earlier build,
+            # then what the tests need
+            env "$flag" "$venv/bin/python" -m pip wheel --quiet --no-deps \
+                --wheel-dir "$work/wheel" "$work" &&
+                wheel=$(echo "$work"/wheel/zarrdb-*.whl) &&
+                "$venv/bin/python" -m pip install --quiet --force-reinstall --no-deps "$wheel" &&
+                "$venv/bin/python" -m pip install --quiet "$wheel[test]"
         ) 2>&1 | { grep -v "^WARNING: Location '" || true; } >&2
         local status=${PIPESTATUS[0]}
         rm -rf "$work"
