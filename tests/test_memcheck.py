@@ -179,6 +179,19 @@ def test_every_test_the_plugin_skips_exists():
     assert [name for name in listed if name not in collected] == []
 
 
+def test_every_file_the_plugin_skips_exists():
+    tree = ast.parse(PLUGIN.read_text())
+    files = [
+        k.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.AnnAssign | ast.Assign) and isinstance(node.value, ast.Dict)
+        for k in node.value.keys
+        if isinstance(k, ast.Constant) and str(k.value).endswith(".py")
+    ]
+    assert files, "the plugin lists no file"
+    assert [name for name in files if not (ROOT / name).is_file()] == []
+
+
 # --- AddressSanitizer -------------------------------------------------------------------------
 
 
