@@ -129,7 +129,7 @@ case "$cmd" in
         ;;
     docs-bench)
         # Run on an idle machine: the page shows these figures as they are. Without ARGS the
-        # complete benchmark (about 15 minutes on two cores); `make docs` then rebuilds the site.
+        # complete benchmark (about half an hour on two cores); `make docs` then rebuilds the site.
         build
         extras "$(extras_of docs-bench)"
         [ $# -gt 0 ] || set -- --full
