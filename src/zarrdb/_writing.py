@@ -141,20 +141,19 @@ class Writing:
             # The queue is full (or a transaction is opening): wait in a worker thread, not on
             # the loop.
             sub = await asyncio.to_thread(self.writer.submit, ops, port=watch.port)
-            watch.hint(loop)
-            if sub.joined:
-                return
-            if sub.done:  # possibly drained already, before a future was attached
-                err = sub.error()
-                if err is not None:
-                    raise err
-                return
-        else:
-            watch.hint(loop)
-            if sub.joined:
-                return
+        watch.hint(loop)
+        if sub.joined:
+            return
         future = loop.create_future()
         sub.future = future
+        if sub.done:
+            # Finished already, and perhaps drained before the future was attached (by the
+            # loop while it waited for the worker thread, or by close() from another thread):
+            # no settle may come for it.
+            err = sub.error()
+            if err is not None:
+                raise err
+            return
         await future
 
     def _watch(self, loop: asyncio.AbstractEventLoop) -> _LoopWatch:
@@ -169,7 +168,7 @@ class Writing:
         for key, watch in list(self.watches.items()):
             loop = watch.loop()
             if loop is None or loop.is_closed():
-                watch.settle()  # whatever finished meanwhile: release its buffers
+                watch.settle_elsewhere()  # whatever finished meanwhile: release its buffers
                 if watch.port.pending == 0:
                     watch.close()
                     del self.watches[key]
@@ -182,7 +181,7 @@ class Writing:
         self.writer.close()
         with self.watches_lock:
             for watch in self.watches.values():
-                watch.settle()
+                watch.settle_elsewhere()
                 watch.close()
             self.watches.clear()
 
@@ -226,23 +225,26 @@ class _LoopWatch:
         self.writer.flush()
 
     def settle(self) -> None:
-        """Settle the futures of every finished submission; one caller's failure to take its
-        result (a cancelled task, a closed loop) never strands another."""
+        """Settle the futures of every finished submission (on the loop's thread)."""
         self.drained.set()
-        for sub in self.port.drain():
-            future = sub.future
-            if future is None:
-                continue
-            try:
-                if future.done():
-                    continue
-                err = sub.error()
-                if err is None:
-                    future.set_result(None)
-                else:
-                    future.set_exception(err)
-            except Exception:  # noqa: BLE001 - e.g. the future's loop is closed
-                pass
+        _settle(self.port.drain())
+
+    def settle_elsewhere(self) -> None:
+        """As settle, from any thread: the buffers are released here, the futures are settled
+        on the loop's own thread (a future set from another thread would not wake its loop)."""
+        subs = self.port.drain()
+        if not subs:
+            return
+        loop = self.loop()
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is None or loop is running:
+            _settle(subs)
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits them
+            loop.call_soon_threadsafe(_settle, subs)
 
     def _wake(self) -> None:
         while not self.stopped:
@@ -286,6 +288,25 @@ class _LoopWatch:
     def _unwatch(self, loop: asyncio.AbstractEventLoop) -> None:
         with contextlib.suppress(Exception):
             loop.remove_reader(self.port.fileno())
+
+
+def _settle(subs: list[Any]) -> None:
+    """Settle the futures of finished submissions, on their loop's thread; one caller's failure
+    to take its result (a cancelled task, a closed loop) never strands another."""
+    for sub in subs:
+        future = sub.future
+        if future is None:
+            continue
+        try:
+            if future.done():
+                continue
+            err = sub.error()
+            if err is None:
+                future.set_result(None)
+            else:
+                future.set_exception(err)
+        except Exception:  # noqa: BLE001 - e.g. the future's loop is closed
+            pass
 
 
 class _Level:

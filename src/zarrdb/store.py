@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from zarr.abc.store import Store
 from zarr.core.buffer import Buffer
 
-from zarrdb import _format
+from zarrdb import _format, errors
 from zarrdb import remote as _remote
 from zarrdb._connections import Connections
 from zarrdb._opening import DEFAULT_CACHE_KIB, DEFAULT_MMAP_BYTES
@@ -306,7 +306,8 @@ class SQLiteStore(FileOperations, Reads, Store):
         """The writer of this process's connections; only for a writable store (callers
         check with _check_writable first)."""
         writing = self._connections().writing
-        assert writing is not None  # a writable store's connections always have one
+        if writing is None:  # a writable store's connections have one until they are closed
+            raise errors.ClosedError(f"the store {self.path!r} was closed meanwhile")
         return writing
 
     async def _ensure_open(self) -> None:
@@ -346,15 +347,22 @@ class SQLiteStore(FileOperations, Reads, Store):
         The file is put back in DELETE journal mode, so no `-wal`, `-shm` or `-journal` file
         remains beside it. The store reopens by itself when it is used again.
         """
-        closer, self._closer = self._closer, None
-        self._conns = None
-        with self._open_lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.cancel()  # reads waiting for the network end now, not after their timeouts
+        # Under the lock that opening takes: a connection another thread is opening meanwhile
+        # is either finished first and closed here, or opened after this returns. (Were it
+        # left open beside the next one, two write connections of one store could wait on
+        # each other's locks: a transaction open on one, its block's writes queued on the
+        # other.)
+        # (A remote store's read threads are stopped after: one may be waiting for the lock.)
+        pool = None
         try:
-            if closer is not None:
-                closer()
+            with self._open_lock:
+                closer, self._closer = self._closer, None
+                self._conns = None
+                pool, self._pool = self._pool, None
+                if pool is not None:
+                    pool.cancel()  # reads waiting for the network end now, not after timeouts
+                if closer is not None:
+                    closer()
         finally:
             if pool is not None:
                 pool.close()

@@ -4,6 +4,9 @@
   never handed the connection that close() goes on to checkpoint and close.
 - close() is exception-safe: a reader busy in another thread does not keep it from closing the
   writer and leaving the file in DELETE mode.
+- close() waits for a connection another thread is opening and closes it too: none is left open
+  beside the one the store opens next (two write connections of one store could each wait for
+  the other's lock, a transaction open on one and its block's writes queued on the other).
 
 Windows are widened deterministically: another process holds the write lock, or a reader runs
 a query that never ends by itself.
@@ -12,6 +15,8 @@ a query that never ends by itself.
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -20,9 +25,20 @@ from zarr.core.buffer import cpu
 
 from store._lock_holder import LockHolder
 from zarrdb import SQLiteStore, errors
+from zarrdb._open_files import open_in_this_process
 
 JOIN_TIMEOUT = 30
 
+# Holds an EXCLUSIVE lock (rollback journal): nothing can even read the file until a line comes.
+_EXCLUSIVE_HOLDER = """
+import sqlite3, sys
+con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
+con.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+sys.stdin.readline()
+con.execute("COMMIT")
+con.close()
+"""
 
 
 def buf(data: bytes) -> cpu.Buffer:
@@ -120,3 +136,58 @@ def test_close_with_a_reader_busy_in_another_thread_still_closes_the_writer(
     assert mode == "delete", "close() left the file in WAL mode"
     assert keys == {"k"}
     assert not Path(f"{path}-wal").exists()
+
+
+def test_close_waits_for_a_connection_being_opened_and_closes_it(tmp_path: Path) -> None:
+    """A write opens the store in one thread while another process keeps the file from being
+    read; close() is called meanwhile. close() must not return before that opening is over,
+    and must close what it opened: after both, no connection of this process has the file
+    open, and the file is whole."""
+    path = tmp_path / "opening.zarrdb"
+    with SQLiteStore(path) as store:
+        store.set_sync("before", buf(b"b"))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _EXCLUSIVE_HOLDER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    outcome: dict[str, object] = {}
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline().strip() == "locked"
+        store = SQLiteStore(path, busy_timeout=JOIN_TIMEOUT)
+
+        def write() -> None:
+            try:
+                store.set_sync("during", buf(b"d"))
+                outcome["write"] = "committed"
+            except BaseException as exc:  # noqa: BLE001 - checked below
+                outcome["write"] = exc
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        deadline = time.monotonic() + JOIN_TIMEOUT
+        while not store._open_lock.locked():  # the write is opening the store
+            assert time.monotonic() < deadline and writer.is_alive(), outcome
+            time.sleep(0.005)
+        closer = threading.Thread(target=store.close, daemon=True)
+        closer.start()
+        closer.join(0.5)
+        assert closer.is_alive(), "close() returned while a connection was still being opened"
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        closer.join(JOIN_TIMEOUT)
+        writer.join(JOIN_TIMEOUT)
+        assert not closer.is_alive() and not writer.is_alive()
+    finally:
+        holder.kill()
+        holder.wait()
+    # The write either committed before close() took the store or was refused as closed.
+    assert outcome["write"] == "committed" or isinstance(
+        outcome["write"], errors.ClosedError
+    ), outcome
+    assert not open_in_this_process(str(path)), "a connection opened during close() is open"
+    mode, keys = file_state(path)
+    assert mode == "delete"
+    assert keys == ({"before", "during"} if outcome["write"] == "committed" else {"before"})
