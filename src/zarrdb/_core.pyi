@@ -298,7 +298,7 @@ class Writer:
     @property
     def touch_skipped(self) -> bool: ...
     def stats(self) -> dict[str, int]:
-        """Counters: batches, submissions, retried batches, the largest batch, bytes queued."""
+        """Counters: batches, submissions, retried batches, the largest batch, bytes queued; held."""
 
     @property
     def closed(self) -> bool: ...

@@ -678,6 +678,18 @@ cdef void _writer_main(void* arg) noexcept nogil:
     zt_mutex_unlock(&w.mu)
 
 
+cdef int64_t _drain_target(WState* w) noexcept nogil:
+    """The sequence number up to which everything queued is written once done_seq reaches it
+    (under the mutex): the last submission queued, else the batch being written. Not the
+    submissions deferred until the open transaction's end: a hold inside the transaction (a
+    read of its block, its end) waiting for them would wait for itself."""
+    if w.tail != NULL:
+        return w.tail.seq
+    if w.batch_n > 0 and w.batch_last_seq > w.done_seq:
+        return w.batch_last_seq
+    return w.done_seq
+
+
 cdef void _defer_queued(WState* w) noexcept nogil:
     """Move everything queued to the deferred list (under the mutex; its bytes stay counted)."""
     if w.head == NULL:
@@ -1242,10 +1254,16 @@ cdef class Writer:
                     w.txn_pending = True
                 elif mark < 0:
                     w.txn = 0
-                target = w.next_seq if drain else w.done_seq
+                target = _drain_target(w) if drain else w.done_seq
                 w.hold_waiters += 1
                 if w.hold_limit < target:
                     w.hold_limit = target
+                if drain and w.flush_seq < w.next_seq:
+                    # Writes whose submitter would say when it is done (an event loop's) are
+                    # not waited for: the writer takes them now.
+                    w.flush_seq = w.next_seq
+                    w.unsignaled_bytes = 0
+                zt_cond_signal(&w.work)
                 while (w.held or w.busy or w.done_seq < target) and not w.closing:
                     zt_cond_wait(&w.done, &w.mu)
                 w.hold_waiters -= 1
@@ -1481,11 +1499,13 @@ cdef class Writer:
 
     def stats(self):
         """Counters: batches committed, submissions, batches retried one by one, the largest
-        batch, the most bytes queued at once, and the bytes queued now."""
+        batch, the most bytes queued at once, and the bytes queued now; `held`: a caller holds
+        the connection now."""
         cdef WState* w = self.w
-        cdef int64_t v[13]
+        cdef int64_t v[14]
         with nogil:
             zt_mutex_lock(&w.mu)
+            v[13] = w.held
             v[0] = w.n_batches
             v[1] = w.n_subs
             v[2] = w.n_retries
@@ -1503,8 +1523,8 @@ cdef class Writer:
         return dict(zip(("batches", "submissions", "retried_batches", "max_batch",
                          "max_queued_bytes", "queued_bytes", "lingered", "checkpoints",
                          "checkpoint_waits", "max_wal_frames", "switches_to_wal", "in_wal",
-                         "vacuum_steps"),
-                        [v[i] for i in range(13)]))
+                         "vacuum_steps", "held"),
+                        [v[i] for i in range(14)]))
 
     @property
     def closed(self):

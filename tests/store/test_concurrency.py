@@ -573,6 +573,42 @@ async def test_gathered_coroutines_waiting_for_a_lock_are_committed_together(
         store.close()
 
 
+_HOLD_ON_LOOP = """
+import asyncio, sys
+from zarr.core.buffer import cpu
+from zarrdb import SQLiteStore
+
+async def main():
+    store = SQLiteStore(sys.argv[1])
+    await store.set("warm-up", cpu.Buffer.from_bytes(b"x"))
+    task = asyncio.ensure_future(store.set("old/k", cpu.Buffer.from_bytes(b"small")))
+    await asyncio.sleep(0)  # the write is queued; the loop's turn has not ended
+    moved = store.rename("old", "new")  # on the loop's thread, in the same turn
+    await task
+    got = await store.get("new/k")
+    store.close()
+    print(moved, got.to_bytes().decode())
+
+asyncio.run(main())
+"""
+
+
+def test_a_hold_on_the_loops_thread_takes_the_loops_writes_at_once(tmp_path: Path) -> None:
+    """A small write from an event loop wakes the writer only when the loop's turn ends (one
+    wake-up for a burst of them). If the loop's own thread then waits, in the same turn, for the
+    write connection once everything queued is written (a rename, which blocks the loop), that
+    wait must take the loop's write at once: the turn it would wait for never ends. (In a child
+    process: a loop blocked for good cannot be freed.)"""
+    proc = subprocess.run(
+        [sys.executable, "-c", _HOLD_ON_LOOP, str(tmp_path / "hold-on-loop.zarrdb")],
+        capture_output=True,
+        text=True,
+        timeout=JOIN_TIMEOUT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1", "small"]
+
+
 async def test_writes_during_another_threads_transaction_join_it_in_one_commit(
     tmp_path: Path,
 ) -> None:

@@ -142,6 +142,63 @@ def test_write_queued_while_a_transaction_waits_for_the_lock_is_committed_on_its
     )
 
 
+@pytest.mark.parametrize("block", ["read", "nothing"])
+def test_the_block_does_not_wait_for_writes_queued_before_it(tmp_path: Path, block: str) -> None:
+    """As above, a write from another thread is queued while the transaction's BEGIN waits for
+    another process's lock; it waits for the transaction's end, to be committed on its own.
+    Neither a read inside the block (the session sees its writes: it waits for the
+    transaction's queued writes) nor the block's end may wait for that one too: it would wait
+    for the block's own end."""
+    path = tmp_path / "read-in-block.zarrdb"
+    store = SQLiteStore(path, busy_timeout=JOIN_TIMEOUT)
+    store.set_sync("before", buf(b"0"))
+    writer = store._connections().writing.writer
+    holder = LockHolder(path)
+    seen: dict[str, object] = {}
+
+    def transaction() -> None:
+        with store.transaction():  # waits for the lock in BEGIN IMMEDIATE
+            if block == "read":
+                seen["sizes"] = dict(store.key_sizes())
+                store.set_sync("txn/x", buf(b"in the block"))
+                value = store.get_sync("txn/x")
+                seen["value"] = None if value is None else value.to_bytes()
+        seen["committed"] = True
+
+    def other() -> None:
+        store.set_sync("outside", buf(b"queued before the transaction began"))
+        seen["outside"] = True
+
+    deadline = time.monotonic() + JOIN_TIMEOUT
+    threads = [threading.Thread(target=transaction, daemon=True)]
+    try:
+        threads[0].start()
+        while not writer.stats()["held"]:  # the transaction's BEGIN waits for the lock
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        threads.append(threading.Thread(target=other, daemon=True))
+        threads[1].start()
+        while writer.stats()["queued_bytes"] == 0:  # the other write is queued
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        holder.release()
+        for t in threads:
+            t.join(JOIN_TIMEOUT)
+        assert not any(t.is_alive() for t in threads), (
+            f"hung: the block waited for a write queued before the transaction began {seen}"
+        )
+    finally:
+        holder.release()
+    store.close()
+    assert seen["committed"] and seen["outside"]
+    got = reopened(path)
+    assert got["outside"] == b"queued before the transaction began"
+    if block == "read":
+        assert seen["sizes"] == {"before": 1}
+        assert seen["value"] == b"in the block"
+        assert got["txn/x"] == b"in the block"
+
+
 # --- the rule -------------------------------------------------------------------------------
 
 
