@@ -338,7 +338,7 @@ class RemoteFile:
     def _fetch_scheduled(self, first: int, count: int) -> None:
         """Fetch a run of blocks handed to `schedule`."""
     def stats(self) -> dict[str, int]:
-        """requests, bytes, hits, misses, waits, failures, evictions, cached_bytes."""
+        """requests, bytes, hits, misses, waits, failures, evictions, cached_bytes, loading."""
 
 @disjoint_base
 class RemoteDatabase(Database):

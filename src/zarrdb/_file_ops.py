@@ -147,7 +147,8 @@ class FileOperations:
         -------
         dict or None
             Requests, bytes fetched, block hits and misses, waits for another thread's
-            request, failures, evictions and `cached_bytes`; None for a local file.
+            request, failures, evictions, `cached_bytes` and `loading` (blocks being fetched
+            now); None for a local file.
         """
         remote = self._connections().remote
         return None if remote is None else remote.stats()

@@ -63,6 +63,7 @@ typedef struct zr_stats {
     sqlite3_int64 failures;  /* fetches that failed */
     sqlite3_int64 evictions; /* blocks dropped to stay within the capacity */
     sqlite3_int64 cached;    /* blocks in the cache now */
+    sqlite3_int64 loading;   /* blocks being fetched now (by readers or in the background) */
 } zr_stats;
 
 /* One fetched run of blocks; its blocks point into it and it is freed with the last of them. */
@@ -170,6 +171,8 @@ static void zr_drop(zr_source *s, zr_block *b) {
         zr_lru_unlink(b);
         s->stats.cached--;
         zr_run_release(b->run);
+    } else {
+        s->stats.loading--;
     }
     free(b);
 }
@@ -193,6 +196,8 @@ static void zr_fill(zr_source *s, sqlite3_int64 first, int count, zr_run *run, i
             b->index = first + i;
             b->hash_next = *zr_slot(s, b->index);
             *zr_slot(s, b->index) = b;
+        } else if (b->loading) {
+            s->stats.loading--;
         }
         b->loading = 0;
         b->run = run;
@@ -305,6 +310,7 @@ static int zr_placeholder(zr_source *s, sqlite3_int64 index) {
     p->loading = 1;
     p->hash_next = *zr_slot(s, index);
     *zr_slot(s, index) = p;
+    s->stats.loading++;
     return 1;
 }
 

@@ -21,6 +21,7 @@ cdef extern from "_remote_vfs.h" nogil:
         sqlite3_int64 failures
         sqlite3_int64 evictions
         sqlite3_int64 cached
+        sqlite3_int64 loading
     ctypedef int (*zr_fetch_fn)(zr_source* source, sqlite3_int64 offset, sqlite3_int64 length,
                                 unsigned char* dest) noexcept
     ctypedef void (*zr_schedule_fn)(zr_source* source, sqlite3_int64 first, int count) noexcept
@@ -173,13 +174,14 @@ cdef class RemoteFile:
 
     def stats(self):
         """Counters since opening: requests (fetches), bytes fetched, block hits and misses,
-        waits for another reader's fetch, failures, evictions, and blocks cached now."""
+        waits for another reader's fetch, failures, evictions, the bytes cached now, and the
+        blocks being fetched now (`loading`: 0 once every request made has been answered)."""
         cdef zr_stats s
         zr_source_stats(self.source, &s)
         return {
             "requests": s.requests, "bytes": s.bytes, "hits": s.hits, "misses": s.misses,
             "waits": s.waits, "failures": s.failures, "evictions": s.evictions,
-            "cached_bytes": s.cached * self.block_size,
+            "cached_bytes": s.cached * self.block_size, "loading": s.loading,
         }
 
     def __dealloc__(self):

@@ -1409,12 +1409,10 @@ cdef class Writer:
                 f"transaction {token} is not open on {self.path!r}", code=SQLITE_MISUSE
             )
         outermost = w.txn_depth == 1
-        try:
-            self._hold(True, -1 if outermost else 0)
-        except BaseException:
-            if outermost:
-                self._forget_transaction()  # closing: close() rolls it back
-            raise
+        # Refused only once close() has started (or in a forked child): the transaction stays
+        # marked open, so that the writer puts nothing else on the connection, which is still
+        # inside it until close() rolls it back.
+        self._hold(True, -1 if outermost else 0)
         try:
             try:
                 if w.txn_rc != SQLITE_OK:
@@ -1500,12 +1498,15 @@ cdef class Writer:
     def stats(self):
         """Counters: batches committed, submissions, batches retried one by one, the largest
         batch, the most bytes queued at once, and the bytes queued now; `held`: a caller holds
-        the connection now."""
+        the connection now; `closing`: close() has started; `hold_waiters`: callers waiting to
+        hold it."""
         cdef WState* w = self.w
-        cdef int64_t v[14]
+        cdef int64_t v[16]
         with nogil:
             zt_mutex_lock(&w.mu)
             v[13] = w.held
+            v[14] = w.closing
+            v[15] = w.hold_waiters
             v[0] = w.n_batches
             v[1] = w.n_subs
             v[2] = w.n_retries
@@ -1523,8 +1524,8 @@ cdef class Writer:
         return dict(zip(("batches", "submissions", "retried_batches", "max_batch",
                          "max_queued_bytes", "queued_bytes", "lingered", "checkpoints",
                          "checkpoint_waits", "max_wal_frames", "switches_to_wal", "in_wal",
-                         "vacuum_steps", "held"),
-                        [v[i] for i in range(14)]))
+                         "vacuum_steps", "held", "closing", "hold_waiters"),
+                        [v[i] for i in range(16)]))
 
     @property
     def closed(self):

@@ -4,6 +4,9 @@
   never handed the connection that close() goes on to checkpoint and close.
 - close() is exception-safe: a reader busy in another thread does not keep it from closing the
   writer and leaving the file in DELETE mode.
+- A transaction whose end is refused because close() has started stays open until close()
+  rolls it back: a write queued before it began (waiting for its end) is never put on the
+  connection while it is still inside the transaction.
 - close() waits for a connection another thread is opening and closes it too: none is left open
   beside the one the store opens next (two write connections of one store could each wait for
   the other's lock, a transaction open on one and its block's writes queued on the other).
@@ -19,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from zarr.core.buffer import cpu
@@ -191,3 +195,80 @@ def test_close_waits_for_a_connection_being_opened_and_closes_it(tmp_path: Path)
     mode, keys = file_state(path)
     assert mode == "delete"
     assert keys == ({"before", "during"} if outcome["write"] == "committed" else {"before"})
+
+
+def test_a_write_waiting_for_a_transaction_closed_under_it(tmp_path: Path) -> None:
+    """A write queued while a transaction's BEGIN waited for another process's lock waits for
+    the transaction's end. A reader holds the connection; the block ends and waits for it;
+    close() starts and refuses that wait (ClosedError). The waiting write must fail with
+    ClosedError, not be put on the connection still inside the transaction ("cannot start a
+    transaction within a transaction"), and the file must keep only what was committed
+    before."""
+    path = tmp_path / "refused-end.zarrdb"
+    store = SQLiteStore(path, busy_timeout=JOIN_TIMEOUT)
+    store.set_sync("before", buf(b"0"))
+    writer = store._connections().writing.writer
+    outcome: dict[str, object] = {}
+    entered, leave, holding, let_go = (threading.Event() for _ in range(4))
+    deadline = time.monotonic() + JOIN_TIMEOUT
+
+    def wait_for(condition: Callable[[], bool]) -> None:
+        while not condition():
+            assert time.monotonic() < deadline, outcome
+            time.sleep(0.005)
+
+    def transaction() -> None:
+        try:
+            with store.transaction():  # BEGIN waits for the other process's lock
+                store.set_sync("txn/x", buf(b"rolled back"))
+                entered.set()
+                leave.wait(JOIN_TIMEOUT)
+            outcome["txn"] = "committed"
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            outcome["txn"] = exc
+
+    def waiting_write() -> None:
+        try:
+            store.set_sync("waiting", buf(b"queued before the transaction began"))
+            outcome["waiting"] = "committed"
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            outcome["waiting"] = exc
+
+    def reader() -> None:
+        def hold(db: object) -> None:
+            holding.set()
+            let_go.wait(JOIN_TIMEOUT)
+
+        store._connections().writing.call_holding(hold)
+
+    holder = LockHolder(path, timeout=JOIN_TIMEOUT)
+    threads = [threading.Thread(target=transaction, daemon=True)]
+    try:
+        threads[0].start()
+        wait_for(lambda: writer.stats()["held"] == 1)  # the BEGIN waits for the lock
+        threads.append(threading.Thread(target=waiting_write, daemon=True))
+        threads[-1].start()
+        wait_for(lambda: writer.stats()["queued_bytes"] > 0)
+        holder.release()
+        assert entered.wait(JOIN_TIMEOUT)
+        threads.append(threading.Thread(target=reader, daemon=True))
+        threads[-1].start()
+        assert holding.wait(JOIN_TIMEOUT)
+        leave.set()  # the block ends: its commit waits for the reader
+        wait_for(lambda: writer.stats()["hold_waiters"] == 1)
+        threads.append(threading.Thread(target=store.close, daemon=True))
+        threads[-1].start()
+        wait_for(lambda: "txn" in outcome)  # close() refused the commit's wait
+        let_go.set()
+        for t in threads:
+            t.join(JOIN_TIMEOUT)
+        assert not any(t.is_alive() for t in threads), outcome
+    finally:
+        holder.release()
+        leave.set()
+        let_go.set()
+    assert isinstance(outcome["txn"], errors.ClosedError), outcome
+    assert isinstance(outcome["waiting"], errors.ClosedError), outcome
+    mode, keys = file_state(path)
+    assert mode == "delete"
+    assert keys == {"before"}
