@@ -313,12 +313,15 @@ class RemoteFile:
     `readahead` bytes), concurrent readers of a block wait for one fetch; a miss fetches at
     least the aligned `min_request` bytes. With `schedule(function, *args)`, which must call
     `function(*args)` soon on another thread, read-ahead and the rest of a miss's span are
-    fetched in the background. `head`: bytes from the start of the file already in hand."""
+    fetched in the background. `head`: bytes from the start of the file already in hand.
+    `waiting()`: called now and then while a reader waits for another reader's fetch; what it
+    raises ends the wait and fails the read."""
 
     url: str
     name: str  # what sqlite3_open_v2 opens with the REMOTE_VFS
     fetch: Callable[[int, int], Buffer]
     schedule: Callable[..., None] | None
+    waiting: Callable[[], None] | None
     size: int
     block_size: int
 
@@ -334,6 +337,7 @@ class RemoteFile:
         min_request: int | None = None,
         schedule: Callable[..., None] | None = None,
         head: Buffer | None = None,
+        waiting: Callable[[], None] | None = None,
     ) -> None: ...
     def _fetch_scheduled(self, first: int, count: int) -> None:
         """Fetch a run of blocks handed to `schedule`."""

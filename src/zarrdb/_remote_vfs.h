@@ -49,6 +49,11 @@ typedef int (*zr_fetch_fn)(zr_source *source, sqlite3_int64 offset, sqlite3_int6
  * loading. Called with no lock held. */
 typedef void (*zr_schedule_fn)(zr_source *source, sqlite3_int64 first, int count);
 
+/* Called while a reader waits for another reader's fetch (every ZR_WAIT_STEP_MS, no lock held):
+ * nonzero ends the wait, and the read fails (the caller has recorded why). */
+typedef int (*zr_waiting_fn)(zr_source *source);
+#define ZR_WAIT_STEP_MS 50
+
 /* sqlite3_file_control(db, "main", ZR_FCNTL_SPAN, &bytes): the next read on this connection
  * that misses starts a span of `bytes` that will be read through (a value of that length):
  * fetch it in one request instead of discovering it block by block. 0 clears it. */
@@ -126,6 +131,7 @@ static zr_source *zr_registry = NULL;
 static unsigned long zr_serial = 0;
 static zr_fetch_fn zr_fetch = NULL;
 static zr_schedule_fn zr_schedule = NULL;
+static zr_waiting_fn zr_waiting = NULL;
 static sqlite3_vfs *zr_default_vfs = NULL;
 
 /* --- the block table and the LRU list (all under source->mutex) ------------------------------ */
@@ -346,6 +352,7 @@ static void zr_read_ahead(zr_source *s, sqlite3_int64 index, sqlite3_int64 *firs
 static int zr_copy(zr_source *s, sqlite3_int64 index, sqlite3_int64 last, sqlite3_int64 within,
                    sqlite3_int64 n, unsigned char *dest, sqlite3_int64 *span) {
     int counted = 0;
+    int waited = 0;
     sqlite3_int64 ahead_first = 0;
     int ahead_count = 0;
     zt_mutex_lock(&s->mutex);
@@ -371,9 +378,18 @@ static int zr_copy(zr_source *s, sqlite3_int64 index, sqlite3_int64 last, sqlite
             return SQLITE_OK;
         }
         if (b != NULL) {
-            s->stats.waits++;
+            if (!waited) s->stats.waits++;
+            waited = 1;
             counted = 1;
-            zt_cond_wait(&s->loaded, &s->mutex);
+            /* The fetch may be another store's, abandoned and waiting for its timeouts: this
+             * reader's own store may close meanwhile, which must end the wait. */
+            if (zt_cond_wait_ms(&s->loaded, &s->mutex, ZR_WAIT_STEP_MS) && zr_waiting != NULL) {
+                int stop;
+                zt_mutex_unlock(&s->mutex);
+                stop = zr_waiting(s);
+                if (stop) return SQLITE_IOERR_READ;
+                zt_mutex_lock(&s->mutex);
+            }
             continue;
         }
         /* A miss: this block and the rest of this read, the blocks the stream skipped between
@@ -799,9 +815,10 @@ static int zr_source_fetch_scheduled(zr_source *s, sqlite3_int64 first, int coun
 
 /* Register the VFS (not as the default) with the function that fetches and the one that
  * schedules read-ahead (NULL: none); idempotent. */
-static int zr_register(zr_fetch_fn fetch, zr_schedule_fn schedule) {
+static int zr_register(zr_fetch_fn fetch, zr_schedule_fn schedule, zr_waiting_fn waiting) {
     zr_fetch = fetch;
     zr_schedule = schedule;
+    zr_waiting = waiting;
     if (zr_default_vfs == NULL) {
         zr_default_vfs = sqlite3_vfs_find(NULL);
         if (zr_default_vfs == NULL) return SQLITE_ERROR;

@@ -25,9 +25,10 @@ cdef extern from "_remote_vfs.h" nogil:
     ctypedef int (*zr_fetch_fn)(zr_source* source, sqlite3_int64 offset, sqlite3_int64 length,
                                 unsigned char* dest) noexcept
     ctypedef void (*zr_schedule_fn)(zr_source* source, sqlite3_int64 first, int count) noexcept
+    ctypedef int (*zr_waiting_fn)(zr_source* source) noexcept
     const char* ZR_VFS_NAME
     int ZR_FCNTL_SPAN
-    int zr_register(zr_fetch_fn fetch, zr_schedule_fn schedule)
+    int zr_register(zr_fetch_fn fetch, zr_schedule_fn schedule, zr_waiting_fn waiting)
     zr_source* zr_source_new(void* owner, sqlite3_int64 size, sqlite3_int64 block_size,
                              sqlite3_int64 capacity, int max_run, int min_run, int background)
     int zr_source_fetch_scheduled(zr_source* source, sqlite3_int64 first, int count)
@@ -92,7 +93,24 @@ cdef void _remote_schedule(zr_source* source, sqlite3_int64 first, int count) no
         zr_source_fetch_scheduled(source, first, count)
 
 
-if zr_register(_remote_fetch, _remote_schedule) != SQLITE_OK:
+cdef int _remote_waiting(zr_source* source) noexcept with gil:
+    # A reader waits for another reader's fetch: the file's `waiting()` may end the wait by
+    # raising (the store closing), and the read fails with that exception.
+    cdef void* owner = zr_source_owner(source)
+    if owner == NULL:
+        return 0
+    remote = <RemoteFile>owner
+    if remote.waiting is None:
+        return 0
+    try:
+        remote.waiting()
+        return 0
+    except BaseException as exc:
+        _fetch_failures.last = (remote, exc)
+        return 1
+
+
+if zr_register(_remote_fetch, _remote_schedule, _remote_waiting) != SQLITE_OK:
     raise ImportError("cannot register zarrdb's remote SQLite VFS")
 
 def _remote_before_fork():
@@ -117,7 +135,8 @@ cdef class RemoteFile:
     A miss fetches at least the aligned `min_request` bytes around it (default one block); a
     read in order grows its requests up to `readahead`. With `schedule(function, *args)`,
     which must call `function(*args)` soon on another thread, a read in order also fetches its
-    next run in the background."""
+    next run in the background. `waiting()` is called now and then while a reader waits for
+    another reader's fetch; an exception it raises ends the wait and fails the read."""
 
     cdef zr_source* source
     cdef long pid
@@ -125,6 +144,7 @@ cdef class RemoteFile:
     cdef readonly str name
     cdef readonly object fetch
     cdef readonly object schedule
+    cdef readonly object waiting
     cdef readonly int64_t size
     cdef readonly int64_t block_size
 
@@ -132,7 +152,8 @@ cdef class RemoteFile:
         self.source = NULL
 
     def __init__(self, url, size, fetch, *, block_size=1 << 20, cache_size=64 << 20,
-                 readahead=16 << 20, min_request=None, schedule=None, head=None):
+                 readahead=16 << 20, min_request=None, schedule=None, head=None,
+                 waiting=None):
         cdef const unsigned char[:] initial
         if self.source != NULL:
             raise _errors.MisuseError("RemoteFile.__init__ called twice", code=SQLITE_MISUSE)
@@ -149,6 +170,7 @@ cdef class RemoteFile:
         self.url = str(url)
         self.fetch = fetch
         self.schedule = schedule
+        self.waiting = waiting
         self.size = size
         self.block_size = block_size
         self.pid = zarrdb_getpid()

@@ -183,6 +183,16 @@ class _Slots:
 _reader = threading.local()
 
 
+def _check_closing() -> None:
+    """Raise ClosedError in a read thread of a store that is closing (called while the read
+    waits for a block another reader is fetching, perhaps for another store)."""
+    closing = getattr(_reader, "closing", None)
+    if closing is not None and closing.is_set():
+        raise errors.ClosedError(
+            "the store was closed while this read waited for the network; open it again"
+        )
+
+
 def _check_waiting(started_at: int, closing: threading.Event | None) -> None:
     """Raise what ends a wait that began when interrupt_requests() had counted `started_at`."""
     if _interrupts != started_at:
@@ -294,6 +304,8 @@ class RemoteObject:
             meta, head = _interruptible(lambda: self._get_range(0, cache.first_read))
         except FileNotFoundError:
             raise FileNotFoundError(f"no such SQLiteStore file: {self.url!r}") from None
+        except errors.ClosedError:
+            raise  # the store closed while its opening request waited: nothing went wrong
         except Exception as exc:
             raise request_error(
                 errors.RemoteReadError, f"cannot open {self.url!r}", exc, location
@@ -321,6 +333,7 @@ class RemoteObject:
             min_request=cache.min_request,
             schedule=_schedule,
             head=head,
+            waiting=_check_closing,
         )
 
     def _get_range(

@@ -218,6 +218,11 @@ def test_an_object_replaced_mid_read_fails_every_reader_that_asks_again(server, 
 def test_closing_a_store_ends_the_reads_waiting_on_the_network(server):
     store = open_store(server)
     store.ensure_open()
+    # The opening's read-ahead lands first: the request found in flight below is the read's.
+    deadline = time.monotonic() + 10
+    while store.remote_stats()["loading"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert store.remote_stats()["loading"] == 0
     server.stall = 30.0  # no answer for half a minute
     outcome: list[object] = []
 
@@ -230,7 +235,9 @@ def test_closing_a_store_ends_the_reads_waiting_on_the_network(server):
     reader = threading.Thread(target=lambda: asyncio.run(read()))
     reader.start()
     deadline = time.monotonic() + 10
-    while server.snapshot().in_flight == 0 and time.monotonic() < deadline:
+    while (
+        server.snapshot().in_flight == 0 or store._pool is None
+    ) and time.monotonic() < deadline:  # the read is in the store's read threads, waiting
         time.sleep(0.01)
     assert server.snapshot().in_flight >= 1, "the read never reached the server"
     started = time.monotonic()
