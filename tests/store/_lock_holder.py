@@ -7,11 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-# Holds BEGIN IMMEDIATE on the file until a line arrives on stdin.
+# Holds BEGIN IMMEDIATE (or the mode given) on the file until a line arrives on stdin.
 _HOLDER = """
 import sqlite3, sys
 con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
-con.execute("BEGIN IMMEDIATE")
+con.execute("BEGIN " + sys.argv[2])
 print("locked", flush=True)
 sys.stdin.readline()
 con.execute("COMMIT")
@@ -20,12 +20,13 @@ con.close()
 
 
 class LockHolder:
-    """Another process holding the file's write lock from construction until release()."""
+    """Another process holding the file's write lock from construction until release();
+    `exclusive`: an EXCLUSIVE lock (in a rollback journal nothing can even read the file)."""
 
-    def __init__(self, path: Path | str, timeout: float = 30) -> None:
+    def __init__(self, path: Path | str, timeout: float = 30, exclusive: bool = False) -> None:
         self.timeout = timeout
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _HOLDER, str(path)],
+            [sys.executable, "-c", _HOLDER, str(path), "EXCLUSIVE" if exclusive else "IMMEDIATE"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -18,8 +18,6 @@ a query that never ends by itself.
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -33,16 +31,25 @@ from zarrdb._open_files import open_in_this_process
 
 JOIN_TIMEOUT = 30
 
-# Holds an EXCLUSIVE lock (rollback journal): nothing can even read the file until a line comes.
-_EXCLUSIVE_HOLDER = """
-import sqlite3, sys
-con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
-con.execute("BEGIN EXCLUSIVE")
-print("locked", flush=True)
-sys.stdin.readline()
-con.execute("COMMIT")
-con.close()
-"""
+
+
+def wait_for(condition: Callable[[], bool], what: object = "") -> None:
+    """Wait until `condition()` holds (at most JOIN_TIMEOUT seconds)."""
+    deadline = time.monotonic() + JOIN_TIMEOUT
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
+def record_write(
+    store: SQLiteStore, key: str, value: bytes, outcome: dict[str, object], name: str
+) -> None:
+    """set_sync, recording "committed" or the exception under `name`."""
+    try:
+        store.set_sync(key, buf(value))
+        outcome[name] = "committed"
+    except BaseException as exc:  # noqa: BLE001 - checked by the caller
+        outcome[name] = exc
 
 
 def buf(data: bytes) -> cpu.Buffer:
@@ -150,43 +157,26 @@ def test_close_waits_for_a_connection_being_opened_and_closes_it(tmp_path: Path)
     path = tmp_path / "opening.zarrdb"
     with SQLiteStore(path) as store:
         store.set_sync("before", buf(b"b"))
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _EXCLUSIVE_HOLDER, str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = LockHolder(path, timeout=JOIN_TIMEOUT, exclusive=True)
     outcome: dict[str, object] = {}
     try:
-        assert holder.stdout is not None and holder.stdin is not None
-        assert holder.stdout.readline().strip() == "locked"
         store = SQLiteStore(path, busy_timeout=JOIN_TIMEOUT)
 
-        def write() -> None:
-            try:
-                store.set_sync("during", buf(b"d"))
-                outcome["write"] = "committed"
-            except BaseException as exc:  # noqa: BLE001 - checked below
-                outcome["write"] = exc
-
-        writer = threading.Thread(target=write, daemon=True)
+        writer = threading.Thread(
+            target=record_write, args=(store, "during", b"d", outcome, "write"), daemon=True
+        )
         writer.start()
-        deadline = time.monotonic() + JOIN_TIMEOUT
-        while not store._open_lock.locked():  # the write is opening the store
-            assert time.monotonic() < deadline and writer.is_alive(), outcome
-            time.sleep(0.005)
+        wait_for(store._open_lock.locked, outcome)  # the write is opening the store
         closer = threading.Thread(target=store.close, daemon=True)
         closer.start()
         closer.join(0.5)
         assert closer.is_alive(), "close() returned while a connection was still being opened"
-        holder.stdin.write("\n")
-        holder.stdin.flush()
+        holder.let_go()
         closer.join(JOIN_TIMEOUT)
         writer.join(JOIN_TIMEOUT)
         assert not closer.is_alive() and not writer.is_alive()
     finally:
-        holder.kill()
-        holder.wait()
+        holder.release()
     # The write either committed before close() took the store or was refused as closed.
     assert outcome["write"] == "committed" or isinstance(
         outcome["write"], errors.ClosedError
@@ -210,12 +200,6 @@ def test_a_write_waiting_for_a_transaction_closed_under_it(tmp_path: Path) -> No
     writer = store._connections().writing.writer
     outcome: dict[str, object] = {}
     entered, leave, holding, let_go = (threading.Event() for _ in range(4))
-    deadline = time.monotonic() + JOIN_TIMEOUT
-
-    def wait_for(condition: Callable[[], bool]) -> None:
-        while not condition():
-            assert time.monotonic() < deadline, outcome
-            time.sleep(0.005)
 
     def transaction() -> None:
         try:
@@ -226,13 +210,6 @@ def test_a_write_waiting_for_a_transaction_closed_under_it(tmp_path: Path) -> No
             outcome["txn"] = "committed"
         except BaseException as exc:  # noqa: BLE001 - checked below
             outcome["txn"] = exc
-
-    def waiting_write() -> None:
-        try:
-            store.set_sync("waiting", buf(b"queued before the transaction began"))
-            outcome["waiting"] = "committed"
-        except BaseException as exc:  # noqa: BLE001 - checked below
-            outcome["waiting"] = exc
 
     def reader() -> None:
         def hold(db: object) -> None:
@@ -246,7 +223,8 @@ def test_a_write_waiting_for_a_transaction_closed_under_it(tmp_path: Path) -> No
     try:
         threads[0].start()
         wait_for(lambda: writer.stats()["held"] == 1)  # the BEGIN waits for the lock
-        threads.append(threading.Thread(target=waiting_write, daemon=True))
+        args = (store, "waiting", b"queued before the transaction began", outcome, "waiting")
+        threads.append(threading.Thread(target=record_write, args=args, daemon=True))
         threads[-1].start()
         wait_for(lambda: writer.stats()["queued_bytes"] > 0)
         holder.release()
