@@ -183,10 +183,12 @@ class _Slots:
 _reader = threading.local()
 
 
-def _check_closing() -> None:
-    """Raise ClosedError in a read thread of a store that is closing (called while the read
-    waits for a block another reader is fetching, perhaps for another store)."""
-    closing = getattr(_reader, "closing", None)
+def _check_closing(closing: threading.Event | None = None) -> None:
+    """Raise ClosedError once `closing` (by default, the event of this thread's read pool) is
+    set. Also what the block cache calls while a read waits for a block another reader is
+    fetching, perhaps for another store."""
+    if closing is None:
+        closing = getattr(_reader, "closing", None)
     if closing is not None and closing.is_set():
         raise errors.ClosedError(
             "the store was closed while this read waited for the network; open it again"
@@ -197,10 +199,7 @@ def _check_waiting(started_at: int, closing: threading.Event | None) -> None:
     """Raise what ends a wait that began when interrupt_requests() had counted `started_at`."""
     if _interrupts != started_at:
         raise KeyboardInterrupt
-    if closing is not None and closing.is_set():
-        raise errors.ClosedError(
-            "the store was closed while this read waited for the network; open it again"
-        )
+    _check_closing(closing)
 
 
 class ReadPool:

@@ -4,6 +4,7 @@ of each for the session) are in tests/conftest.py, shared with the command-line 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,15 @@ from zarrdb import SQLiteStore
 SHAPE = (256, 256)
 CHUNKS = (32, 32)
 SHARDS = (128, 128)
+
+
+def wait_until_loaded(store: SQLiteStore, timeout: float = 30) -> None:
+    """Wait until no block of the store's file is being fetched (read-ahead started in the
+    background has landed), so that requests counted after it are the next read's."""
+    deadline = time.monotonic() + timeout
+    while store.remote_stats()["loading"]:
+        assert time.monotonic() < deadline, f"blocks still loading after {timeout} s"
+        time.sleep(0.01)
 
 
 def field(shape=SHAPE, seed=0) -> np.ndarray:

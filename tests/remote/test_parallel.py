@@ -20,6 +20,7 @@ from zarr.core.buffer import default_buffer_prototype
 
 from zarrdb import SQLiteStore, errors, remote
 
+from .conftest import wait_until_loaded
 from .latency_server import LatencyServer
 
 KIB = 1024
@@ -218,11 +219,7 @@ def test_an_object_replaced_mid_read_fails_every_reader_that_asks_again(server, 
 def test_closing_a_store_ends_the_reads_waiting_on_the_network(server):
     store = open_store(server)
     store.ensure_open()
-    # The opening's read-ahead lands first: the request found in flight below is the read's.
-    deadline = time.monotonic() + 10
-    while store.remote_stats()["loading"] and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert store.remote_stats()["loading"] == 0
+    wait_until_loaded(store)  # the opening's read-ahead: the request in flight below is the read's
     server.stall = 30.0  # no answer for half a minute
     outcome: list[object] = []
 

@@ -8,7 +8,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ import zarr
 
 from zarrdb import SQLiteStore, errors, remote
 
-from .conftest import CHUNKS, SHAPE, write_hierarchy
+from .conftest import CHUNKS, SHAPE, wait_until_loaded, write_hierarchy
 
 KIB = 1024
 
@@ -112,12 +111,8 @@ def test_a_window_again_costs_no_request(published):
         arr = zarr.open_array(store, path="plain", mode="r")
         before = published.reads()
         first = arr[40:72, 100:132]
-        # Read-ahead the window started in the background may still be on its way: counted
-        # once every block asked for has arrived.
-        deadline = time.monotonic() + 30
-        while store.remote_stats()["loading"]:
-            assert time.monotonic() < deadline, "blocks still loading after 30 s"
-            time.sleep(0.01)
+        # Read-ahead the window started in the background may still be on its way.
+        wait_until_loaded(store)
         cold = published.reads() - before
         again = arr[40:72, 100:132]
         assert published.reads() - before == cold
