@@ -195,6 +195,7 @@ static void zr_fill(zr_source *s, sqlite3_int64 first, int count, zr_run *run, i
     int i;
     for (i = count - 1; i >= 0; i--) { /* the first block ends up most recent */
         zr_block *b = placeholders ? zr_find(s, first + i) : NULL;
+        if (b != NULL && !b->loading) continue; /* not this fetch's placeholder any more */
         if (b == NULL) {
             if (placeholders || zr_find(s, first + i) != NULL) continue;
             b = (zr_block *)calloc(1, sizeof(zr_block));
@@ -235,7 +236,7 @@ static int zr_fetch_run(zr_source *s, sqlite3_int64 first, int count) {
     zt_mutex_unlock(&s->mutex);
     run = (zr_run *)malloc(sizeof(zr_run));
     if (run != NULL) {
-        run->refs = 0;
+        run->refs = 1; /* the fetch's own, let go after the blocks have taken theirs */
         run->data = (unsigned char *)malloc((size_t)length);
         if (run->data != NULL && zr_fetch != NULL) {
             rc = zr_fetch(s, offset, length, run->data);
@@ -246,7 +247,7 @@ static int zr_fetch_run(zr_source *s, sqlite3_int64 first, int count) {
     if (rc == 0) {
         s->stats.bytes += length;
         zr_fill(s, first, count, run, 1);
-        if (run->refs == 0) zr_run_release(run); /* every block was refused for lack of memory */
+        zr_run_release(run); /* freed now if no block took it (out of memory, or all evicted) */
     } else {
         s->stats.failures++;
         for (i = 0; i < count; i++) {
@@ -586,7 +587,7 @@ static int zr_source_put_head(zr_source *s, const unsigned char *data, sqlite3_i
     bytes = blocks == s->nblocks ? s->size : blocks * s->block_size;
     run = (zr_run *)malloc(sizeof(zr_run));
     if (run == NULL) return 1;
-    run->refs = 0;
+    run->refs = 1; /* ours, let go after the blocks have taken theirs */
     run->data = (unsigned char *)malloc((size_t)bytes);
     if (run->data == NULL) {
         free(run);
@@ -595,7 +596,7 @@ static int zr_source_put_head(zr_source *s, const unsigned char *data, sqlite3_i
     memcpy(run->data, data, (size_t)bytes);
     zt_mutex_lock(&s->mutex);
     zr_fill(s, 0, (int)blocks, run, 0);
-    if (run->refs == 0) zr_run_release(run);
+    zr_run_release(run);
     zt_mutex_unlock(&s->mutex);
     return 0;
 }
