@@ -18,7 +18,7 @@ import pytest
 import zarr
 from zarr.core.buffer import default_buffer_prototype
 
-from zarrdb import SQLiteStore, errors, remote
+from zarrdb import SQLiteStore, _remote_threads, errors, remote
 
 from .conftest import wait_until_loaded
 from .latency_server import LatencyServer
@@ -258,7 +258,7 @@ def test_no_thread_is_left_behind_after_close(server, hierarchy_file):
     store.close()
     assert remote_threads("zarrdb-remote-read") == []
     # the request threads end once idle (a background read-ahead may still be finishing)
-    deadline = time.monotonic() + remote._Workers.IDLE_EXIT + 10
+    deadline = time.monotonic() + _remote_threads._Workers.IDLE_EXIT + 10
     while remote_threads("zarrdb-remote-request") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert remote_threads("zarrdb-remote-request") == []

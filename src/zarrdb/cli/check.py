@@ -22,13 +22,13 @@ from zarrdb import conformance, errors, remote
 from zarrdb.cli import common, hierarchy
 from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput, one_line, say
 from zarrdb.cli.hierarchy import MetadataError, Node
+from zarrdb.cli.outputs import remove
 from zarrdb.cli.stores import (
     closing,
     hot_journal,
     open_zarrdb,
     remote_errors,
     remote_options,
-    remove,
     require_zarrdb_path,
 )
 

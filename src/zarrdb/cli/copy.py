@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zarrdb import conformance, remote
-from zarrdb.cli import common, hierarchy, publish, stores
+from zarrdb.cli import common, hierarchy, outputs, publish, stores
 from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput, say
 
 DEFAULT_BATCH_BYTES = 64 * 1024 * 1024
@@ -197,9 +197,9 @@ async def make_plan(
     if not sizes and not whole_file(plan):
         plan.listing = await _listing(src, source, src_path, True)
     if source.kind == "dir":
-        stores.require_inside(source, (key for key, _ in plan.listing), "source")
+        outputs.require_inside(source, (key for key, _ in plan.listing), "source")
     if dest.kind == "dir" and dest.exists and not plan.temporary:
-        stores.require_inside(dest, (plan.dest_key(k) for k, _ in plan.listing), "destination")
+        outputs.require_inside(dest, (plan.dest_key(k) for k, _ in plan.listing), "destination")
     return plan
 
 
@@ -228,7 +228,7 @@ async def _place(plan: Plan, args: argparse.Namespace) -> None:
         )
     _check_keys(plan)
     if not dest.exists:
-        plan.temporary = stores.temporary_sibling(dest.path) if dest.local else None
+        plan.temporary = outputs.temporary_sibling(dest.path) if dest.local else None
         return
     if not await _occupied(dest, plan, args):
         return
@@ -239,7 +239,7 @@ async def _place(plan: Plan, args: argparse.Namespace) -> None:
             "or choose another destination"
         )
     if dest.local and not dst_path:
-        plan.temporary = stores.temporary_sibling(dest.path)
+        plan.temporary = outputs.temporary_sibling(dest.path)
     elif dest.kind == "zip":
         raise BadInput(f"{dest.path}: keys in a zip file cannot be replaced; write a new zip file")
     else:
@@ -301,7 +301,7 @@ async def transfer(src: Any, plan: Plan, args: argparse.Namespace, progress: Pro
     proto = default_buffer_prototype()
     outcome = Outcome()
     if plan.temporary:
-        stores.make_private(plan.temporary)
+        outputs.make_private(plan.temporary)
     started = time.perf_counter()
     try:
         dst = await stores.open_store(
@@ -325,10 +325,10 @@ async def transfer(src: Any, plan: Plan, args: argparse.Namespace, progress: Pro
                 outcome.batches += 1
                 progress.advance(task, len(keys), nbytes)
         if plan.temporary:
-            stores.put_in_place(plan.temporary, plan.dest.path, local_source(plan))
+            outputs.put_in_place(plan.temporary, plan.dest.path, local_source(plan))
     except BaseException:
         if plan.temporary:
-            stores.discard(plan.temporary)
+            outputs.discard(plan.temporary)
         raise
     outcome.seconds = time.perf_counter() - started
     return outcome
@@ -343,7 +343,7 @@ def download(plan: Plan) -> Outcome:
     """The whole .zarrdb at the source URL, byte for byte, to the new file."""
     assert plan.temporary is not None
     url = plan.source.path
-    stores.make_private(plan.temporary)
+    outputs.make_private(plan.temporary)
     started = time.perf_counter()
     try:
         with stores.remote_errors(url):
@@ -352,9 +352,9 @@ def download(plan: Plan) -> Outcome:
                 plan.temporary,
                 storage_options=stores.remote_options(url, plan.source.storage_options),
             )
-        stores.put_in_place(plan.temporary, plan.dest.path)
+        outputs.put_in_place(plan.temporary, plan.dest.path)
     except BaseException:
-        stores.discard(plan.temporary)
+        outputs.discard(plan.temporary)
         raise
     return Outcome(
         keys=len(plan.listing), bytes=size, seconds=time.perf_counter() - started, downloaded=True

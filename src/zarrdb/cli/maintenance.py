@@ -12,14 +12,8 @@ from typing import Any
 
 from zarrdb.cli import common, hierarchy
 from zarrdb.cli.framework import EXIT_OK, BadInput, say
-from zarrdb.cli.stores import (
-    building,
-    closing,
-    open_zarrdb,
-    put_in_place,
-    require_local,
-    temporary_sibling,
-)
+from zarrdb.cli.outputs import building, put_in_place, temporary_sibling
+from zarrdb.cli.stores import closing, open_zarrdb, require_local
 
 # --- zarrdb mv -----------------------------------------------------------------------------------
 
