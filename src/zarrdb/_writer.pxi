@@ -56,6 +56,79 @@ cdef struct WSub:
     int64_t changes
     WPort* port
 
+# The writer's subsystems, each a struct of its own inside WState (their functions are in
+# _writer_checkpoint.pxi and _writer_upkeep.pxi).
+
+# Large batches: a batch of at least min_bytes is written with SQLite's spilling of dirty pages
+# held back to the cache's pages (cache_pages) plus the batch's; held: the threshold set for
+# the batch being written (0: SQLite's default).
+cdef struct WSpill:
+    int64_t min_bytes
+    int64_t max_bytes
+    int64_t cache_pages
+    int64_t page_size
+    int64_t held
+
+# The modified_at stamp: written with a batch at most once every every_ms.
+cdef struct WTouch:
+    sqlite3_stmt* st
+    int64_t every_ms
+    int64_t at
+    int skipped
+
+# The checkpointer: a thread that copies the write-ahead log into the file beside ingest
+# (SQLite would otherwise do it inside a commit, every 1000 pages), through a connection of
+# its own opened for each checkpoint (an idle open connection would keep the file in WAL
+# mode: SQLite cannot leave WAL mode while another connection has the log open).
+cdef struct WCheckpointer:
+    char* path
+    int flags
+    int synchronous  # PRAGMA synchronous of the checkpointer's connection (0-3)
+    zt_thread thread
+    zt_cond cv
+    bint started
+    bint wanted
+    bint running
+    int64_t every  # frames: ask for a checkpoint when the log has this many
+    int64_t limit  # frames: a commit waits for the checkpointer above this many
+    int64_t wait_above  # limit, or more after the checkpointer could not keep up
+    int64_t asked_at  # frames in the log when a checkpoint was last asked for
+    int64_t seq  # checkpoints started
+    int64_t done_seq  # the number of the last one finished (its results: log, ...)
+    int64_t wal_frames  # frames in the log after the last commit
+    int64_t backfilled  # frames the last checkpoint copied (of the log it saw)
+    int64_t log  # frames in the log the last checkpoint saw
+    int64_t n_checkpoints
+    int64_t n_failed
+    int last_rc
+    int64_t n_waits
+    int64_t max_wal_frames
+
+# Journal mode "auto": the file starts in a rollback journal (pages appended to the file are
+# written once); after wal_after commits in a row under small_bytes each (a stream of small
+# writes, where a rollback journal pays two syncs a commit), the writer switches the file to
+# WAL mode.
+cdef struct WAutoWal:
+    bint in_wal
+    BusyWait* busy_wait  # the connection's busy handler, restored after the switch
+    int64_t wal_after
+    int64_t small_bytes
+    int64_t small_streak
+    int64_t n_switches
+    sqlite3_stmt* st_to_wal
+
+# Space back to the file system: after deletes, while the writer has nothing else to do,
+# "PRAGMA incremental_vacuum" in steps of a bounded number of pages (files with a pointer map
+# only, which zarrdb's own files have).
+cdef struct WVacuum:
+    sqlite3_stmt* st_step
+    sqlite3_stmt* st_freelist
+    bint freeing  # the batch being written deletes something
+    bint freed  # a committed batch deleted something since the free list was last emptied
+    int64_t min_pages  # a free list shorter than this is left alone
+    int64_t n_steps
+
+
 cdef struct WState:
     zt_mutex mu
     zt_cond work  # the thread waits here for work (or for a hold to end)
@@ -107,19 +180,9 @@ cdef struct WState:
     # the connection and what the thread runs on it
     sqlite3* db
     sqlite3_stmt** st  # the Database's prepared statements, by Stmt
-    sqlite3_stmt* st_touch
     int64_t blob_min
-    # a batch of at least hold_spill_min bytes is written with SQLite's spilling of dirty pages
-    # held back to the cache's pages (spill_pages) plus the batch's; spill_held: the threshold
-    # set for the batch being written (0: SQLite's default)
-    int64_t hold_spill_min
-    int64_t hold_spill_max
-    int64_t spill_pages
-    int64_t page_size
-    int64_t spill_held
-    int64_t touch_every_ms
-    int64_t touched_at
-    int touch_skipped
+    WSpill spill
+    WTouch touch
     # statistics
     int64_t n_batches
     int64_t n_subs
@@ -127,52 +190,9 @@ cdef struct WState:
     int64_t max_batch_subs
     int64_t max_queued_bytes
     int64_t n_lingered
-    # the checkpointer: a thread that copies the write-ahead log into the file beside ingest
-    # (SQLite would otherwise do it inside a commit, every 1000 pages), through a connection of
-    # its own opened for each checkpoint (an idle open connection would keep the file in WAL
-    # mode: SQLite cannot leave WAL mode while another connection has the log open)
-    char* ck_path
-    int ck_flags
-    int synchronous  # PRAGMA synchronous of the checkpointer's connection (0-3)
-    zt_thread ck_thread
-    zt_cond ck_cv
-    bint ck_started
-    bint ck_wanted
-    bint ck_running
-    int64_t ck_every  # frames: ask for a checkpoint when the log has this many
-    int64_t ck_limit  # frames: a commit waits for the checkpointer above this many
-    int64_t ck_wait_above  # ck_limit, or more after the checkpointer could not keep up
-    int64_t ck_asked_at  # frames in the log when a checkpoint was last asked for
-    int64_t ck_seq  # checkpoints started
-    int64_t ck_done_seq  # the number of the last one finished (its results: ck_log, ...)
-    int64_t wal_frames  # frames in the log after the last commit
-    int64_t ck_backfilled  # frames the last checkpoint copied (of the log it saw)
-    int64_t ck_log  # frames in the log the last checkpoint saw
-    int64_t n_checkpoints
-    int64_t n_ck_failed
-    int ck_last_rc
-    int64_t n_ck_waits
-    int64_t max_wal_frames
-    # journal mode "auto": the file starts in a rollback journal (pages appended to the file
-    # are written once); after wal_after commits in a row under small_bytes each (a stream of
-    # small writes, where a rollback journal pays two syncs a commit), the writer switches the
-    # file to WAL mode
-    bint in_wal
-    BusyWait* busy_wait  # the connection's busy handler, restored after the switch
-    int64_t wal_after
-    int64_t small_bytes
-    int64_t small_streak
-    int64_t n_switches
-    sqlite3_stmt* st_to_wal
-    # space back to the file system: after deletes, while the writer has nothing else to do,
-    # "PRAGMA incremental_vacuum" in steps of a bounded number of pages (files with a pointer
-    # map only, which zarrdb's own files have)
-    sqlite3_stmt* st_vacuum
-    sqlite3_stmt* st_freelist
-    bint freeing  # the batch being written deletes something
-    bint freed  # a committed batch deleted something since the free list was last emptied
-    int64_t vacuum_min  # pages: a free list shorter than this is left alone
-    int64_t n_vacuum_steps
+    WCheckpointer ck
+    WAutoWal autowal
+    WVacuum vac
 
 
 cdef void _fail(WState* w, WSub* s, int rc, Py_ssize_t failed) noexcept nogil:
@@ -192,15 +212,15 @@ cdef void _touch(WState* w) noexcept nogil:
     """Write modified_at inside the batch's transaction when it is due; a failure here is not
     the callers' (their data is what the transaction is for)."""
     cdef int64_t now
-    if w.st_touch == NULL:
+    if w.touch.st == NULL:
         return
     now = zt_monotonic_ms()
-    if w.touched_at >= 0 and now - w.touched_at < w.touch_every_ms:
-        w.touch_skipped = 1
+    if w.touch.at >= 0 and now - w.touch.at < w.touch.every_ms:
+        w.touch.skipped = 1
         return
-    if _step_done(w.st_touch) == SQLITE_OK:
-        w.touched_at = now
-        w.touch_skipped = 0
+    if _step_done(w.touch.st) == SQLITE_OK:
+        w.touch.at = now
+        w.touch.skipped = 0
 
 
 cdef int _begin(WState* w, bint joined) noexcept nogil:
@@ -227,22 +247,22 @@ cdef void _hold_spill(WState* w) noexcept nogil:
     compiled, inside a transaction too; its ON/OFF form would wait for the next one.)"""
     cdef char sql[64]
     cdef int64_t pages
-    if w.batch_bytes < w.hold_spill_min or w.batch_bytes > w.hold_spill_max:
+    if w.batch_bytes < w.spill.min_bytes or w.batch_bytes > w.spill.max_bytes:
         return
-    pages = w.spill_pages + w.batch_bytes // (w.page_size - 4) + 16 + w.batch_n
-    if pages <= w.spill_held:
+    pages = w.spill.cache_pages + w.batch_bytes // (w.spill.page_size - 4) + 16 + w.batch_n
+    if pages <= w.spill.held:
         return
     snprintf(sql, sizeof(sql), "PRAGMA cache_spill = %lld", <long long>pages)
     if sqlite3_exec(w.db, sql, NULL, NULL, NULL) == SQLITE_OK:  # else: spilled as usual
-        w.spill_held = pages
+        w.spill.held = pages
 
 
 cdef void _release_spill(WState* w) noexcept nogil:
     """After the batch's commit: SQLite's default threshold again (1: spill once the cache is
     full)."""
-    if w.spill_held:
+    if w.spill.held:
         sqlite3_exec(w.db, "PRAGMA cache_spill = 1", NULL, NULL, NULL)
-        w.spill_held = 0
+        w.spill.held = 0
 
 
 cdef int _apply(WState* w, WSub** subs, Py_ssize_t start, Py_ssize_t stop,
@@ -255,7 +275,7 @@ cdef int _apply(WState* w, WSub** subs, Py_ssize_t start, Py_ssize_t stop,
     for i in range(start, stop):
         changes = 0
         for j in range(subs[i].nops):
-            rc = _apply_op(w.db, w.st, w.blob_min, &subs[i].ops[j], &changes, &w.freeing)
+            rc = _apply_op(w.db, w.st, w.blob_min, &subs[i].ops[j], &changes, &w.vac.freeing)
             if rc != SQLITE_OK:
                 bad_sub[0] = i
                 bad_op[0] = j
@@ -429,151 +449,8 @@ cdef void _finish_batch(WState* w) noexcept nogil:
     zt_cond_broadcast(&w.done)
 
 
-cdef int _wal_hook(void* arg, sqlite3* db, const char* name, int frames) noexcept nogil:
-    """Called by SQLite in the writer thread after each commit in WAL mode (in place of its
-    automatic checkpoint): wakes the checkpointer when the log is long, and holds the writer
-    back while the log is over its limit, until the checkpointer has copied it (the next write
-    transaction then starts the log over)."""
-    cdef WState* w = <WState*>arg
-    cdef int attempts
-    cdef int64_t started
-    zt_mutex_lock(&w.mu)
-    w.wal_frames = frames
-    if frames > w.max_wal_frames:
-        w.max_wal_frames = frames
-    if frames < w.ck_asked_at:
-        w.ck_asked_at = 0  # the log started over
-    if frames - w.ck_asked_at >= w.ck_every and not w.ck_running:
-        # once per ck_every new frames: a checkpointer running all the time would hold the
-        # log's read locks often enough to keep the writer from starting it over
-        w.ck_asked_at = frames
-        w.ck_wanted = True
-        zt_cond_signal(&w.ck_cv)
-    if frames < w.ck_limit:
-        w.ck_wait_above = w.ck_limit  # the log started over
-    elif frames >= w.ck_wait_above:
-        w.n_ck_waits += 1
-        attempts = 0
-        started = w.ck_seq  # only a checkpoint that starts from now on can have copied `frames`
-        while not w.stop and not (w.ck_done_seq > started and w.ck_log >= frames
-                                  and w.ck_backfilled >= w.ck_log):
-            if not w.ck_running and not w.ck_wanted:
-                if attempts == 2:
-                    # A reader keeps old frames in use: go on, and wait again only once the
-                    # log has grown by another limit's worth.
-                    w.ck_wait_above = frames + w.ck_limit
-                    break
-                attempts += 1
-                w.ck_wanted = True
-                zt_cond_signal(&w.ck_cv)
-            zt_cond_wait_us(&w.done, &w.mu, 100000)
-    zt_mutex_unlock(&w.mu)
-    return SQLITE_OK
-
-
-cdef int _checkpoint_once(WState* w, sqlite3** conn, int* log, int* done) noexcept nogil:
-    """One PASSIVE checkpoint through the checkpointer's own connection, opened at its first
-    use (and closed when the thread ends)."""
-    cdef int rc
-    if conn[0] == NULL:
-        rc = sqlite3_open_v2(w.ck_path, conn, w.ck_flags, NULL)
-        if rc == SQLITE_OK:
-            rc = _harden(conn[0])
-        if rc != SQLITE_OK:
-            sqlite3_close_v2(conn[0])
-            conn[0] = NULL
-            return rc
-        if w.synchronous == 0:
-            sqlite3_exec(conn[0], "PRAGMA synchronous = OFF", NULL, NULL, NULL)
-        elif w.synchronous == 2:
-            sqlite3_exec(conn[0], "PRAGMA synchronous = FULL", NULL, NULL, NULL)
-    # PASSIVE: copies what no reader still needs; never waits for or blocks the writer.
-    rc = sqlite3_wal_checkpoint_v2(conn[0], NULL, SQLITE_CHECKPOINT_PASSIVE, log, done)
-    if rc == SQLITE_OK and log[0] < 0:
-        # "Not in WAL mode": a connection opens the write-ahead log only once it has read the
-        # file. Read, then try again.
-        rc = sqlite3_exec(conn[0], "PRAGMA schema_version", NULL, NULL, NULL)
-        if rc == SQLITE_OK:
-            rc = sqlite3_wal_checkpoint_v2(conn[0], NULL, SQLITE_CHECKPOINT_PASSIVE, log, done)
-    return rc
-
-
-cdef void _checkpointer_main(void* arg) noexcept nogil:
-    cdef WState* w = <WState*>arg
-    cdef sqlite3* conn = NULL
-    cdef int log = 0
-    cdef int done = 0
-    cdef int rc
-    cdef int64_t seq
-    zt_mutex_lock(&w.mu)
-    while True:
-        while not w.ck_wanted and not w.stop:
-            zt_cond_wait(&w.ck_cv, &w.mu)
-        if w.stop:
-            break
-        w.ck_wanted = False
-        w.ck_running = True
-        w.ck_seq += 1
-        seq = w.ck_seq
-        zt_mutex_unlock(&w.mu)
-        rc = _checkpoint_once(w, &conn, &log, &done)
-        zt_mutex_lock(&w.mu)
-        w.ck_running = False
-        w.n_checkpoints += 1
-        w.ck_done_seq = seq
-        if rc == SQLITE_OK:
-            w.ck_log = log
-            w.ck_backfilled = done
-        else:
-            w.n_ck_failed += 1
-            w.ck_last_rc = rc
-        zt_cond_broadcast(&w.done)
-    zt_mutex_unlock(&w.mu)
-    sqlite3_close_v2(conn)
-
-
-cdef void _after_commit(WState* w, bint joined, int64_t nbytes) noexcept nogil:
-    """Journal mode "auto": count commits of small batches; after a run of them, move the file
-    from its rollback journal to WAL (which fails harmlessly while another connection is
-    reading; the next run tries again)."""
-    cdef int rc
-    cdef const unsigned char* mode
-    if w.wal_after <= 0 or w.in_wal or joined:
-        return
-    if nbytes >= w.small_bytes:
-        w.small_streak = 0
-        return
-    w.small_streak += 1
-    if w.small_streak < w.wal_after:
-        return
-    w.small_streak = 0
-    # Without waiting for locks: another connection reading now makes it fail at once, and
-    # the next run of small commits tries again.
-    sqlite3_busy_handler(w.db, NULL, NULL)
-    rc = sqlite3_step(w.st_to_wal)
-    if rc == SQLITE_ROW:
-        mode = sqlite3_column_text(w.st_to_wal, 0)
-        if mode != NULL and mode[0] == b'w':
-            w.in_wal = True
-            w.n_switches += 1
-    sqlite3_reset(w.st_to_wal)
-    sqlite3_busy_handler(w.db, _busy_wait, w.busy_wait)
-
-
-cdef void _vacuum_step(WState* w) noexcept nogil:
-    """One bounded step of giving free pages back (its own transaction); stops asking for more
-    once the free list is short."""
-    cdef int rc = sqlite3_step(w.st_vacuum)
-    while rc == SQLITE_ROW:
-        rc = sqlite3_step(w.st_vacuum)
-    sqlite3_reset(w.st_vacuum)
-    w.n_vacuum_steps += 1
-    if rc == SQLITE_DONE and sqlite3_step(w.st_freelist) == SQLITE_ROW:
-        if sqlite3_column_int64(w.st_freelist, 0) < w.vacuum_min:
-            w.freed = False
-    else:
-        w.freed = False  # e.g. a busy lock: try again after the next delete
-    sqlite3_reset(w.st_freelist)
+include "_writer_checkpoint.pxi"
+include "_writer_upkeep.pxi"
 
 
 cdef void _writer_main(void* arg) noexcept nogil:
@@ -589,7 +466,7 @@ cdef void _writer_main(void* arg) noexcept nogil:
     w.batch_hinted = True
     while True:
         while not _can_take(w) and not (w.stop and not w.held):
-            if (w.freed and not w.held and w.txn == 0 and not w.txn_open
+            if (w.vac.freed and not w.held and w.txn == 0 and not w.txn_open
                     and w.hold_waiters == 0 and not w.stop):
                 # Nothing to write: give space back, one bounded step at a time.
                 w.busy = 1
@@ -654,9 +531,9 @@ cdef void _writer_main(void* arg) noexcept nogil:
         _release_spill(w)
         if rc == SQLITE_OK:
             _after_commit(w, joined, w.batch_bytes)
-        if w.freeing and w.st_vacuum != NULL:
-            w.freed = True
-        w.freeing = False
+        if w.vac.freeing and w.vac.st_step != NULL:
+            w.vac.freed = True
+        w.vac.freeing = False
 
         zt_mutex_lock(&w.mu)
         w.busy = 0
@@ -731,206 +608,7 @@ cdef void _enqueue_ready(WState* w, WSub* s) noexcept nogil:
 
 # Tokens of explicit transactions, unique in the process (a context remembers the ones it is
 # inside: see _writing.Transaction).
-cdef int64_t _next_token = 0
-
-
-cdef class Submission:
-    """One caller's writes, queued on a Writer. `future` is the caller's (the store settles it
-    when the submission comes out of its Port)."""
-
-    cdef WSub* sub
-    cdef _Buffers buffers  # the values' buffers, released when the writer is done
-    cdef list keep  # what the queued pointers point into
-    cdef list names  # each operation's key (or prefix), for messages
-    cdef Writer writer
-    cdef bint queued
-    cdef bint finished
-    cdef public object future
-
-    def __cinit__(self):
-        self.sub = NULL
-        self.queued = False
-        self.finished = False
-
-    def __dealloc__(self):
-        if self.queued and zt_load_acquire(&self.sub.state) != SUB_DONE:
-            # Still in a writer's hands (in a forked child, the parent's): leaking beats
-            # freeing memory another thread may read.
-            return
-        if self.sub != NULL:
-            if self.sub.errmsg != NULL:
-                sqlite3_free(self.sub.errmsg)
-            free(self.sub.ops)
-            free(self.sub)
-
-    @property
-    def done(self):
-        return zt_load_acquire(&self.sub.state) == SUB_DONE
-
-    @property
-    def joined(self):
-        """The submission joined the store's open explicit transaction when it was queued."""
-        return self.sub.txn != 0
-
-    @property
-    def changes(self):
-        """Rows the submission wrote or deleted (once done)."""
-        return self.sub.changes
-
-    cdef int _finish(self) except -1:
-        """Release the buffers, once the writer is done with them."""
-        if self.finished:
-            return 0
-        self.finished = True
-        self.buffers = None
-        self.keep = None
-        if self.sub.port == NULL:
-            # No port lists it: the writer's reference can go. (A port's finished list
-            # points at the submission until the port is drained, which drops it then.)
-            self.writer._owners.pop(<Py_ssize_t>self.sub, None)
-        return 0
-
-    def wait(self):
-        """Block (GIL released) until the writer is done with this submission; raise its error
-        if it failed."""
-        cdef WState* w = self.writer.w
-        cdef WSub* s = self.sub
-        if zt_load_acquire(&s.state) != SUB_DONE:
-            with nogil:
-                zt_mutex_lock(&w.mu)
-                while zt_load_acquire(&s.state) != SUB_DONE:
-                    zt_cond_wait(&w.done, &w.mu)
-                zt_mutex_unlock(&w.mu)
-        self._finish()
-        err = self.error()
-        if err is not None:
-            raise err
-
-    def collect(self):
-        """Once done: release the buffers and return the error (None if it succeeded)."""
-        if zt_load_acquire(&self.sub.state) != SUB_DONE:
-            raise RuntimeError("collect() of a submission the writer has not finished")
-        self._finish()
-        return self.error()
-
-    def error(self):
-        """The exception for a failed submission (None if it succeeded or is not done)."""
-        cdef WSub* s = self.sub
-        if zt_load_acquire(&s.state) != SUB_DONE or s.rc == SQLITE_OK:
-            return None
-        key = self.names[s.failed] if 0 <= s.failed < len(self.names) else self.names[0]
-        message = s.errmsg.decode("utf-8", "replace") if s.errmsg != NULL else ""
-        return _write_error(self.writer, s.rc, s.xrc, message, key)
-
-
-cdef object _write_error(Writer writer, int rc, int xrc, str message, object key):
-    """The exception for a write that failed with `rc` (SQLite's or one of the W_ERR_ codes)."""
-    path = writer.path
-    if rc == W_ERR_CLOSED:
-        return _errors.ClosedError(
-            f"{path!r} was closed before this write could run (an explicit transaction was "
-            "open, and closing rolled it back); nothing was written"
-        )
-    if rc == W_ERR_NO_TRANSACTION:
-        return _errors.SQLiteError(
-            f"{path!r}: the explicit transaction this write belongs to was rolled back by "
-            "an earlier error; nothing of the transaction is stored",
-            filename=path,
-        )
-    context = f"cannot write {key!r}"
-    if rc == W_ERR_NOMEM:  # the writer's own allocation: SQLite's code, through the same table
-        rc = xrc = SQLITE_NOMEM
-        message = sqlite3_errstr(SQLITE_NOMEM).decode("utf-8", "replace")
-    if (rc & 0xFF) in (SQLITE_BUSY, SQLITE_LOCKED):
-        context += f": gave up after waiting {writer.busy_timeout:g} s for a lock"
-    return _errors.sqlite_error(rc, xrc, message, filename=path, context=context)
-
-
-cdef class Port:
-    """Where the writer reports finished submissions for one event loop: `fileno()` becomes
-    readable (watch it with add_reader), `drain()` returns them. Where there is no descriptor
-    (`has_fd` false: Windows), `wait()` blocks until there is something to drain."""
-
-    cdef WPort* port
-    cdef Writer writer
-    cdef readonly bint has_fd
-    cdef readonly Py_ssize_t pending  # submitted through this port and not drained yet
-
-    def __cinit__(self, Writer writer):
-        self.writer = writer
-        self.port = <WPort*>calloc(1, sizeof(WPort))
-        if self.port == NULL:
-            raise MemoryError()
-        self.port.rfd = -1
-        self.port.wfd = -1
-        self.has_fd = False
-        if ZT_HAVE_WAKE_FD:
-            if zt_wake_open(&self.port.rfd, &self.port.wfd) != 0:
-                free(self.port)
-                self.port = NULL
-                raise OSError("cannot create a wake-up descriptor for the writer")
-            self.has_fd = True
-
-    def fileno(self):
-        return self.port.rfd
-
-    def drain(self):
-        """The submissions finished since the last call (their buffers released)."""
-        cdef WState* w = self.writer.w
-        cdef WPort* p = self.port
-        cdef WSub* s
-        cdef list out = []
-        if p.rfd >= 0:
-            zt_wake_clear(p.rfd)  # first: a completion after it signals again
-        with nogil:
-            zt_mutex_lock(&w.mu)
-            s = p.done_head
-            p.done_head = p.done_tail = NULL
-            p.signaled = 0
-            zt_mutex_unlock(&w.mu)
-        owners = self.writer._owners
-        while s != NULL:
-            sub = owners.pop(<Py_ssize_t>s, None)
-            if sub is not None:
-                out.append(sub)
-            s = s.done_next
-        self.pending -= len(out)
-        for sub in out:
-            (<Submission>sub)._finish()
-        return out
-
-    def wait(self, timeout=None):
-        """Block (GIL released) until something finished or the port is closed; True if
-        there is something to drain."""
-        cdef WState* w = self.writer.w
-        cdef WPort* p = self.port
-        cdef long ms = -1 if timeout is None else <long>(timeout * 1000)
-        cdef bint ready
-        with nogil:
-            zt_mutex_lock(&w.mu)
-            while p.done_head == NULL and not p.closed:
-                if ms < 0:
-                    zt_cond_wait(&w.done, &w.mu)
-                elif zt_cond_wait_ms(&w.done, &w.mu, ms):
-                    break
-            ready = p.done_head != NULL
-            zt_mutex_unlock(&w.mu)
-        return ready
-
-    def close(self):
-        """Wake a wait() for good."""
-        cdef WState* w = self.writer.w
-        cdef WPort* p = self.port
-        with nogil:
-            zt_mutex_lock(&w.mu)
-            p.closed = 1
-            zt_cond_broadcast(&w.done)
-            zt_mutex_unlock(&w.mu)
-
-    def __dealloc__(self):
-        if self.port != NULL:
-            zt_wake_close(self.port.rfd, self.port.wfd)
-            free(self.port)
+include "_writer_ports.pxi"
 
 
 cdef int64_t _cache_bytes(Database db) except -1:
@@ -998,35 +676,35 @@ cdef class Writer:
         zt_mutex_init(&w.mu)
         zt_cond_init(&w.work)
         zt_cond_init(&w.done)
-        zt_cond_init(&w.ck_cv)
+        zt_cond_init(&w.ck.cv)
         w.queue_max = max(1, int(queue_bytes))
         w.batch_max = max(1, int(batch_bytes))
         w.blob_min = max(1, int(blob_min))
-        w.page_size = int(db.pragma("page_size"))
-        w.spill_pages = max(1, _cache_bytes(db) // w.page_size)
+        w.spill.page_size = int(db.pragma("page_size"))
+        w.spill.cache_pages = max(1, _cache_bytes(db) // w.spill.page_size)
         if hold_spill_min is None:
             # the cache takes 90% of its size in dirty pages before it spills
             hold_spill_min = _cache_bytes(db) // 2
-        w.hold_spill_min = max(1, int(hold_spill_min))
-        w.hold_spill_max = max(0, int(hold_spill_max))
+        w.spill.min_bytes = max(1, int(hold_spill_min))
+        w.spill.max_bytes = max(0, int(hold_spill_max))
         w.max_age_us = <int64_t>(float(max_age) * 1e6)
         w.signal_bytes = max(0, int(signal_bytes))
         w.hold_limit = -1
-        w.touched_at = -1
-        w.touch_every_ms = <int64_t>(float(touch_every) * 1000)
+        w.touch.at = -1
+        w.touch.every_ms = <int64_t>(float(touch_every) * 1000)
         w.db = db.db
-        w.synchronous = int(synchronous)
-        w.ck_every = max(1, int(checkpoint_pages))
-        w.ck_limit = max(w.ck_every, int(wal_limit_pages))
-        w.ck_wait_above = w.ck_limit
-        w.wal_after = int(wal_after)
-        w.busy_wait = &db._busy
-        w.small_bytes = int(small_bytes)
-        w.in_wal = db.journal_mode() == "wal"
+        w.ck.synchronous = int(synchronous)
+        w.ck.every = max(1, int(checkpoint_pages))
+        w.ck.limit = max(w.ck.every, int(wal_limit_pages))
+        w.ck.wait_above = w.ck.limit
+        w.autowal.wal_after = int(wal_after)
+        w.autowal.busy_wait = &db._busy
+        w.autowal.small_bytes = int(small_bytes)
+        w.autowal.in_wal = db.journal_mode() == "wal"
         vacuum_sql = None
         if int(db.pragma("auto_vacuum")) == 2:  # incremental: the file has a pointer map
             vacuum_sql = f"PRAGMA incremental_vacuum({max(1, int(vacuum_pages))})"
-        w.vacuum_min = max(1, int(vacuum_min))
+        w.vac.min_pages = max(1, int(vacuum_min))
         # The Database stays marked in use while the thread owns it: a call from Python
         # outside hold()/release() raises ConcurrentUseError instead of racing the thread.
         db._enter()
@@ -1042,24 +720,24 @@ cdef class Writer:
                 if rc != SQLITE_OK:
                     raise db._error(rc, f"cannot prepare {text!r}")
                 if target == 0:
-                    w.st_touch = stmt
+                    w.touch.st = stmt
                 elif target == 1:
-                    w.st_to_wal = stmt
+                    w.autowal.st_to_wal = stmt
                 elif target == 2:
-                    w.st_vacuum = stmt
+                    w.vac.st_step = stmt
                 else:
-                    w.st_freelist = stmt
+                    w.vac.st_freelist = stmt
             if checkpoint:
                 path = os.fsencode(db.path)
-                w.ck_path = <char*>malloc(len(path) + 1)
-                if w.ck_path == NULL:
+                w.ck.path = <char*>malloc(len(path) + 1)
+                if w.ck.path == NULL:
                     raise MemoryError()
-                memcpy(w.ck_path, <const char*>path, len(path) + 1)
-                w.ck_flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
+                memcpy(w.ck.path, <const char*>path, len(path) + 1)
+                w.ck.flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
                 sqlite3_wal_hook(db.db, _wal_hook, <void*>w)
-                if zt_thread_start(&w.ck_thread, _checkpointer_main, <void*>w) != 0:
+                if zt_thread_start(&w.ck.thread, _checkpointer_main, <void*>w) != 0:
                     raise OSError("cannot start the checkpointer thread")
-                w.ck_started = True
+                w.ck.started = True
             if zt_thread_start(&w.thread, _writer_main, <void*>w) != 0:
                 raise OSError("cannot start the writer thread")
         except BaseException:
@@ -1071,33 +749,33 @@ cdef class Writer:
 
     cdef void _stop_checkpointer(self) noexcept:
         cdef WState* w = self.w
-        if w.ck_started:
+        if w.ck.started:
             with nogil:
                 zt_mutex_lock(&w.mu)
                 w.stop = 1
-                zt_cond_broadcast(&w.ck_cv)
+                zt_cond_broadcast(&w.ck.cv)
                 zt_mutex_unlock(&w.mu)
-                zt_thread_join(w.ck_thread)
-            w.ck_started = False
-        if w.ck_path != NULL:
+                zt_thread_join(w.ck.thread)
+            w.ck.started = False
+        if w.ck.path != NULL:
             sqlite3_wal_hook(self.db.db, NULL, NULL)
-            free(w.ck_path)
-            w.ck_path = NULL
+            free(w.ck.path)
+            w.ck.path = NULL
 
     cdef void _finalize_statements(self) noexcept:
         cdef WState* w = self.w
-        if w.st_touch != NULL:
-            sqlite3_finalize(w.st_touch)
-            w.st_touch = NULL
-        if w.st_to_wal != NULL:
-            sqlite3_finalize(w.st_to_wal)
-            w.st_to_wal = NULL
-        if w.st_vacuum != NULL:
-            sqlite3_finalize(w.st_vacuum)
-            w.st_vacuum = NULL
-        if w.st_freelist != NULL:
-            sqlite3_finalize(w.st_freelist)
-            w.st_freelist = NULL
+        if w.touch.st != NULL:
+            sqlite3_finalize(w.touch.st)
+            w.touch.st = NULL
+        if w.autowal.st_to_wal != NULL:
+            sqlite3_finalize(w.autowal.st_to_wal)
+            w.autowal.st_to_wal = NULL
+        if w.vac.st_step != NULL:
+            sqlite3_finalize(w.vac.st_step)
+            w.vac.st_step = NULL
+        if w.vac.st_freelist != NULL:
+            sqlite3_finalize(w.vac.st_freelist)
+            w.vac.st_freelist = NULL
 
     cdef int _check(self) except -1:
         if self._closed:
@@ -1439,9 +1117,9 @@ cdef class Writer:
                             "inside it; nothing of it was written",
                             filename=self.path,
                         )
-                elif ok and outermost and w.st_touch != NULL:
+                elif ok and outermost and w.touch.st != NULL:
                     with nogil:
-                        rc = _step_done(w.st_touch)
+                        rc = _step_done(w.touch.st)
                     if rc != SQLITE_OK:
                         ok = False
                         err = self.db._error(rc, "cannot record the modification time")
@@ -1483,17 +1161,17 @@ cdef class Writer:
 
     @property
     def checkpoint_failures(self):
-        return (self.w.n_ck_failed, self.w.ck_last_rc, self.w.ck_log, self.w.ck_backfilled)
+        return (self.w.ck.n_failed, self.w.ck.last_rc, self.w.ck.log, self.w.ck.backfilled)
 
     @property
     def in_wal(self):
         """The writer has the file in WAL mode (it switched, or the file started in it)."""
-        return bool(self.w.in_wal)
+        return bool(self.w.autowal.in_wal)
 
     @property
     def touch_skipped(self):
         """A group commit left the modification time out since it was last written."""
-        return bool(self.w.touch_skipped)
+        return bool(self.w.touch.skipped)
 
     def stats(self):
         """Counters: batches committed, submissions, batches retried one by one, the largest
@@ -1514,12 +1192,12 @@ cdef class Writer:
             v[4] = w.max_queued_bytes
             v[5] = w.queued_bytes
             v[6] = w.n_lingered
-            v[7] = w.n_checkpoints
-            v[8] = w.n_ck_waits
-            v[9] = w.max_wal_frames
-            v[10] = w.n_switches
-            v[11] = w.in_wal
-            v[12] = w.n_vacuum_steps
+            v[7] = w.ck.n_checkpoints
+            v[8] = w.ck.n_waits
+            v[9] = w.ck.max_wal_frames
+            v[10] = w.autowal.n_switches
+            v[11] = w.autowal.in_wal
+            v[12] = w.vac.n_steps
             zt_mutex_unlock(&w.mu)
         return dict(zip(("batches", "submissions", "retried_batches", "max_batch",
                          "max_queued_bytes", "queued_bytes", "lingered", "checkpoints",
@@ -1578,7 +1256,7 @@ cdef class Writer:
             self._stop()
         zt_cond_destroy(&w.work)
         zt_cond_destroy(&w.done)
-        zt_cond_destroy(&w.ck_cv)
+        zt_cond_destroy(&w.ck.cv)
         zt_mutex_destroy(&w.mu)
         _clear_transaction_error(w)
         free(w.batch)

@@ -1,0 +1,205 @@
+# How callers hear of their writes: a Submission (one caller's operations, with its buffers,
+# its outcome and its wait) and a completion Port (the file descriptor an event loop watches for
+# finished submissions). Included by _writer.pxi.
+
+
+cdef int64_t _next_token = 0
+
+
+cdef class Submission:
+    """One caller's writes, queued on a Writer. `future` is the caller's (the store settles it
+    when the submission comes out of its Port)."""
+
+    cdef WSub* sub
+    cdef _Buffers buffers  # the values' buffers, released when the writer is done
+    cdef list keep  # what the queued pointers point into
+    cdef list names  # each operation's key (or prefix), for messages
+    cdef Writer writer
+    cdef bint queued
+    cdef bint finished
+    cdef public object future
+
+    def __cinit__(self):
+        self.sub = NULL
+        self.queued = False
+        self.finished = False
+
+    def __dealloc__(self):
+        if self.queued and zt_load_acquire(&self.sub.state) != SUB_DONE:
+            # Still in a writer's hands (in a forked child, the parent's): leaking beats
+            # freeing memory another thread may read.
+            return
+        if self.sub != NULL:
+            if self.sub.errmsg != NULL:
+                sqlite3_free(self.sub.errmsg)
+            free(self.sub.ops)
+            free(self.sub)
+
+    @property
+    def done(self):
+        return zt_load_acquire(&self.sub.state) == SUB_DONE
+
+    @property
+    def joined(self):
+        """The submission joined the store's open explicit transaction when it was queued."""
+        return self.sub.txn != 0
+
+    @property
+    def changes(self):
+        """Rows the submission wrote or deleted (once done)."""
+        return self.sub.changes
+
+    cdef int _finish(self) except -1:
+        """Release the buffers, once the writer is done with them."""
+        if self.finished:
+            return 0
+        self.finished = True
+        self.buffers = None
+        self.keep = None
+        if self.sub.port == NULL:
+            # No port lists it: the writer's reference can go. (A port's finished list
+            # points at the submission until the port is drained, which drops it then.)
+            self.writer._owners.pop(<Py_ssize_t>self.sub, None)
+        return 0
+
+    def wait(self):
+        """Block (GIL released) until the writer is done with this submission; raise its error
+        if it failed."""
+        cdef WState* w = self.writer.w
+        cdef WSub* s = self.sub
+        if zt_load_acquire(&s.state) != SUB_DONE:
+            with nogil:
+                zt_mutex_lock(&w.mu)
+                while zt_load_acquire(&s.state) != SUB_DONE:
+                    zt_cond_wait(&w.done, &w.mu)
+                zt_mutex_unlock(&w.mu)
+        self._finish()
+        err = self.error()
+        if err is not None:
+            raise err
+
+    def collect(self):
+        """Once done: release the buffers and return the error (None if it succeeded)."""
+        if zt_load_acquire(&self.sub.state) != SUB_DONE:
+            raise RuntimeError("collect() of a submission the writer has not finished")
+        self._finish()
+        return self.error()
+
+    def error(self):
+        """The exception for a failed submission (None if it succeeded or is not done)."""
+        cdef WSub* s = self.sub
+        if zt_load_acquire(&s.state) != SUB_DONE or s.rc == SQLITE_OK:
+            return None
+        key = self.names[s.failed] if 0 <= s.failed < len(self.names) else self.names[0]
+        message = s.errmsg.decode("utf-8", "replace") if s.errmsg != NULL else ""
+        return _write_error(self.writer, s.rc, s.xrc, message, key)
+
+
+cdef object _write_error(Writer writer, int rc, int xrc, str message, object key):
+    """The exception for a write that failed with `rc` (SQLite's or one of the W_ERR_ codes)."""
+    path = writer.path
+    if rc == W_ERR_CLOSED:
+        return _errors.ClosedError(
+            f"{path!r} was closed before this write could run (an explicit transaction was "
+            "open, and closing rolled it back); nothing was written"
+        )
+    if rc == W_ERR_NO_TRANSACTION:
+        return _errors.SQLiteError(
+            f"{path!r}: the explicit transaction this write belongs to was rolled back by "
+            "an earlier error; nothing of the transaction is stored",
+            filename=path,
+        )
+    context = f"cannot write {key!r}"
+    if rc == W_ERR_NOMEM:  # the writer's own allocation: SQLite's code, through the same table
+        rc = xrc = SQLITE_NOMEM
+        message = sqlite3_errstr(SQLITE_NOMEM).decode("utf-8", "replace")
+    if (rc & 0xFF) in (SQLITE_BUSY, SQLITE_LOCKED):
+        context += f": gave up after waiting {writer.busy_timeout:g} s for a lock"
+    return _errors.sqlite_error(rc, xrc, message, filename=path, context=context)
+
+
+cdef class Port:
+    """Where the writer reports finished submissions for one event loop: `fileno()` becomes
+    readable (watch it with add_reader), `drain()` returns them. Where there is no descriptor
+    (`has_fd` false: Windows), `wait()` blocks until there is something to drain."""
+
+    cdef WPort* port
+    cdef Writer writer
+    cdef readonly bint has_fd
+    cdef readonly Py_ssize_t pending  # submitted through this port and not drained yet
+
+    def __cinit__(self, Writer writer):
+        self.writer = writer
+        self.port = <WPort*>calloc(1, sizeof(WPort))
+        if self.port == NULL:
+            raise MemoryError()
+        self.port.rfd = -1
+        self.port.wfd = -1
+        self.has_fd = False
+        if ZT_HAVE_WAKE_FD:
+            if zt_wake_open(&self.port.rfd, &self.port.wfd) != 0:
+                free(self.port)
+                self.port = NULL
+                raise OSError("cannot create a wake-up descriptor for the writer")
+            self.has_fd = True
+
+    def fileno(self):
+        return self.port.rfd
+
+    def drain(self):
+        """The submissions finished since the last call (their buffers released)."""
+        cdef WState* w = self.writer.w
+        cdef WPort* p = self.port
+        cdef WSub* s
+        cdef list out = []
+        if p.rfd >= 0:
+            zt_wake_clear(p.rfd)  # first: a completion after it signals again
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            s = p.done_head
+            p.done_head = p.done_tail = NULL
+            p.signaled = 0
+            zt_mutex_unlock(&w.mu)
+        owners = self.writer._owners
+        while s != NULL:
+            sub = owners.pop(<Py_ssize_t>s, None)
+            if sub is not None:
+                out.append(sub)
+            s = s.done_next
+        self.pending -= len(out)
+        for sub in out:
+            (<Submission>sub)._finish()
+        return out
+
+    def wait(self, timeout=None):
+        """Block (GIL released) until something finished or the port is closed; True if
+        there is something to drain."""
+        cdef WState* w = self.writer.w
+        cdef WPort* p = self.port
+        cdef long ms = -1 if timeout is None else <long>(timeout * 1000)
+        cdef bint ready
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            while p.done_head == NULL and not p.closed:
+                if ms < 0:
+                    zt_cond_wait(&w.done, &w.mu)
+                elif zt_cond_wait_ms(&w.done, &w.mu, ms):
+                    break
+            ready = p.done_head != NULL
+            zt_mutex_unlock(&w.mu)
+        return ready
+
+    def close(self):
+        """Wake a wait() for good."""
+        cdef WState* w = self.writer.w
+        cdef WPort* p = self.port
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            p.closed = 1
+            zt_cond_broadcast(&w.done)
+            zt_mutex_unlock(&w.mu)
+
+    def __dealloc__(self):
+        if self.port != NULL:
+            zt_wake_close(self.port.rfd, self.port.wfd)
+            free(self.port)
