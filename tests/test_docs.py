@@ -1,7 +1,8 @@
 """The documentation site's sources against the code they describe: the command-line reference
 that scripts/docs_hooks.py generates from the parser (every command, every option, as
 `zarrdb COMMAND --help` lists them), the API page's list of the methods SQLiteStore inherits
-from its file-operations mixin, and the README's links into the site. `mkdocs build --strict`
+from its file-operations mixin, the README's links into the site, and the development page's
+map of the package's modules. `mkdocs build --strict`
 (`.ci/run`, `make docs`) checks links, anchors and docstring references; these need no MkDocs.
 """
 
@@ -171,3 +172,33 @@ def test_the_package_page_shows_every_name_the_package_exports():
     page = (DOCS / "reference" / "zarrdb.md").read_text()
     documented = set(_listed(page, "members")) | set(re.findall(r"^\| `(\w+)` \|", page, re.M))
     assert set(zarrdb.__all__) <= documented
+
+
+_SOURCE_SUFFIXES = (".py", ".pyx", ".pxi", ".pxd", ".h", ".pyi")
+
+
+def _module_map() -> set[str]:
+    """The files and folders the development page's "Where the code is" table names."""
+    text = (DOCS / "development.md").read_text()
+    section = text.split("## Where the code is", 1)[1].split("\n## ", 1)[0]
+    named: set[str] = set()
+    for row in section.splitlines():
+        if not row.startswith("| `"):
+            continue
+        cells = row.split("|")
+        named.update(re.findall(r"`([^`]+)`", cells[1]))  # the module column, whatever it names
+        named.update(  # files the job column names (the engine's included parts)
+            name for name in re.findall(r"`([^`]+)`", cells[2]) if name.endswith(_SOURCE_SUFFIXES)
+        )
+    return named
+
+
+def test_the_module_map_names_every_module_of_the_package_and_no_other():
+    package = ROOT / "src" / "zarrdb"
+    tree = {p.name for p in package.iterdir() if p.is_file() and p.name.endswith(_SOURCE_SUFFIXES)}
+    tree |= {p.name + "/" for p in package.iterdir() if p.is_dir() and not p.name.startswith("__")}
+    tree.discard("__init__.py")
+    named = _module_map()
+    assert len(named) > 20, named  # the table was found and read
+    assert tree - named == set(), "modules missing from docs/development.md's map"
+    assert named - tree == set(), "docs/development.md's map names files the package lacks"
