@@ -81,7 +81,9 @@ typedef struct zr_block zr_block;
 struct zr_block {
     sqlite3_int64 index;
     int loading;            /* a fetch for it is under way */
-    zr_run *run;            /* NULL while loading */
+    zr_run *run;            /* its bytes; while loading, the run being fetched for it (not a
+                               reference: so that memory in flight is reachable from the
+                               source, whatever becomes of the thread fetching it) */
     unsigned char *data;    /* into run->data */
     zr_block *hash_next;
     zr_block *lru_prev;     /* the LRU list holds loaded blocks only, most recent first */
@@ -233,14 +235,21 @@ static int zr_fetch_run(zr_source *s, sqlite3_int64 first, int count) {
     int rc = 1;
     int i;
     for (i = 0; i < count; i++) length += zr_block_length(s, first + i);
-    zt_mutex_unlock(&s->mutex);
     run = (zr_run *)malloc(sizeof(zr_run));
     if (run != NULL) {
         run->refs = 1; /* the fetch's own, let go after the blocks have taken theirs */
-        run->data = (unsigned char *)malloc((size_t)length);
-        if (run->data != NULL && zr_fetch != NULL) {
-            rc = zr_fetch(s, offset, length, run->data);
+        run->data = NULL;
+        /* The placeholders point to it: a process that ends while the fetch waits for the
+         * network (its thread ended by the interpreter's shutdown) leaves it reachable. */
+        for (i = 0; i < count; i++) {
+            zr_block *b = zr_find(s, first + i);
+            if (b != NULL && b->loading) b->run = run;
         }
+    }
+    zt_mutex_unlock(&s->mutex);
+    if (run != NULL) {
+        run->data = (unsigned char *)malloc((size_t)length);
+        if (run->data != NULL && zr_fetch != NULL) rc = zr_fetch(s, offset, length, run->data);
     }
     zt_mutex_lock(&s->mutex);
     s->stats.requests++;
