@@ -205,7 +205,7 @@ static void zr_fill(zr_source *s, sqlite3_int64 first, int count, zr_run *run, i
             b->index = first + i;
             b->hash_next = *zr_slot(s, b->index);
             *zr_slot(s, b->index) = b;
-        } else if (b->loading) {
+        } else { /* this fetch's placeholder (a loaded block was skipped above) */
             s->stats.loading--;
         }
         b->loading = 0;
