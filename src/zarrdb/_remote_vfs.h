@@ -98,6 +98,7 @@ typedef struct zr_stream {
     sqlite3_int64 used;     /* when it last grew: the least recently used stream is replaced */
     sqlite3_int64 trigger;  /* forward streams: a read of this block or later (below hi)
                                fetches the next run in the background; -1: none */
+    sqlite3_int64 newest;   /* forward streams: the first block of the newest run asked for */
 } zr_stream;
 
 struct zr_source {
@@ -301,7 +302,10 @@ static zr_stream *zr_stream_for(zr_source *s, sqlite3_int64 index, int *backward
             int behind = index < st->lo && index >= st->lo - near;
             if (ahead || behind || (index >= st->lo && index < st->hi)) {
                 if (ahead || behind) st->run = zr_next_run(s, st->run);
-                if (ahead && s->background) st->trigger = index; /* sequential: read ahead */
+                if (ahead && s->background) { /* sequential: read ahead */
+                    st->trigger = index;
+                    st->newest = index;
+                }
                 st->used = s->clock;
                 *backward = behind;
                 return st;
@@ -311,6 +315,7 @@ static zr_stream *zr_stream_for(zr_source *s, sqlite3_int64 index, int *backward
     }
     oldest->run = 1;
     oldest->trigger = -1;
+    oldest->newest = -1;
     oldest->used = s->clock;
     oldest->lo = index;
     oldest->hi = index + 1;
@@ -332,23 +337,32 @@ static int zr_placeholder(zr_source *s, sqlite3_int64 index) {
 
 /* Background read-ahead: a read of block `index` at or past the trigger of a forward stream
  * puts placeholders for the stream's next run (its absent blocks from the stream's end on) and
- * returns it in *first and *count, for zr_schedule once the mutex is let go; the trigger moves
- * to the first block of that run. So a stream read in order keeps about one run in flight
- * ahead of its readers, and they rarely wait for a whole round trip. */
+ * returns it in *first and *count, for zr_schedule once the mutex is let go. The trigger moves
+ * to the first block of the run asked for before this one (the run the miss fetched, at first),
+ * so a stream read in order keeps two runs ahead of its readers: while one arrives the next is
+ * already asked for, and the link does not idle for a round trip between them (nor while the
+ * readers catch up with a run that has just arrived).
+ * What is ahead of the reader stays within three quarters of the cache (a run that does not
+ * fit waits for the reader to move on), so that read-ahead never evicts blocks not read yet. */
 static void zr_read_ahead(zr_source *s, sqlite3_int64 index, sqlite3_int64 *first, int *count) {
     int i, n;
     *count = 0;
     for (i = 0; i < ZR_STREAMS; i++) {
         zr_stream *st = &s->streams[i];
         sqlite3_int64 start = st->hi;
+        sqlite3_int64 room = s->capacity - s->capacity / 4 - (start - index);
         if (st->run <= 0 || st->trigger < 0 || index < st->trigger || index >= st->hi) continue;
-        st->trigger = -1;
-        for (n = 0; n < st->run && start + n < s->nblocks && n < s->capacity / 2; n++) {
+        if (room < st->run && room < s->min_run) return; /* asked again as the reader moves */
+        for (n = 0; n < st->run && start + n < s->nblocks && n < room; n++) {
             if (zr_find(s, start + n) != NULL || !zr_placeholder(s, start + n)) break;
         }
-        if (n == 0) return;
+        if (n == 0) {
+            st->trigger = -1;
+            return;
+        }
         st->hi = start + n;
-        st->trigger = start;
+        st->trigger = st->newest >= 0 && st->newest < start ? st->newest : start;
+        st->newest = start;
         st->run = zr_next_run(s, st->run);
         s->stats.misses += n;
         *first = start;

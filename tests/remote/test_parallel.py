@@ -58,7 +58,8 @@ def remote_threads(prefix: str) -> list[threading.Thread]:
 
 def test_sixteen_threads_read_equal_windows_within_the_bound_of_requests(server, hierarchy_file):
     _, arrays = hierarchy_file
-    store = open_store(server, max_requests=4)
+    # short read-ahead: many requests, not a few runs that take the whole file
+    store = open_store(server, max_requests=4, readahead=64 * KIB)
     arr = zarr.open_array(store, path="plain", mode="r")
     server.reset()
 
@@ -173,9 +174,11 @@ def test_a_server_failing_one_request_in_ten_is_retried(hierarchy_file):
 
 def test_a_failed_request_fails_only_the_reads_that_needed_it(server, hierarchy_file):
     data, arrays = hierarchy_file
-    store = open_store(server)
+    # read-ahead of two blocks at most, so that reading the first quarter leaves the last one
+    store = open_store(server, readahead=32 * KIB)
     arr = zarr.open_array(store, path="plain", mode="r")
     np.testing.assert_array_equal(arr[:64, :], arrays["plain"][:64, :])  # cached now
+    wait_until_loaded(store)
     server.fail_every = 1  # every request fails from here on
     with ThreadPoolExecutor(4) as pool:
         cached = pool.submit(lambda: arr[:64, :])

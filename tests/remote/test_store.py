@@ -117,7 +117,9 @@ def test_a_window_again_costs_no_request(published):
         again = arr[40:72, 100:132]
         assert published.reads() - before == cold
     np.testing.assert_array_equal(first, again)
-    assert 1 <= cold <= 3
+    # the window's blocks, and read-ahead (in a file this small, with blocks this small, the
+    # window's rows look like a stream, and read-ahead keeps two runs ahead of one)
+    assert 1 <= cold <= 4
 
 
 def test_a_full_read_takes_far_fewer_requests_than_chunks(published, hierarchy_file):

@@ -129,6 +129,33 @@ def test_sequential_reads_grow_the_requests_up_to_the_readahead(small_pages, rea
     db.close()
 
 
+def test_a_sequential_read_keeps_two_runs_of_read_ahead_asked_for(small_pages):
+    """Read-ahead asks for the next run while the run before it is still ahead of the reader,
+    so that on a link busy moving one run the next is already on its way (one run ahead, the
+    link idles for a round trip each time the reader catches up)."""
+    path, _ = small_pages
+    # read-ahead fetched at once on the reading thread: what each read asked for is known
+    fetch, remote = remote_file(
+        path, block_size=4 * KIB, readahead=16 * KIB, head=16 * KIB,
+        schedule=lambda function, *args: function(*args),
+    )
+    db = RemoteDatabase(remote)
+    with Database(path, mode="r") as local:
+        expected = local.get("sharded/c/1/1")
+    asked: list[list[tuple[int, int]]] = []  # per read of one page's worth, what it fetched
+    for offset in range(0, len(expected), 4 * KIB):
+        before = len(fetch.calls)
+        assert db.get_range("sharded/c/1/1", offset, 4 * KIB) == expected[offset : offset + 4 * KIB]
+        asked.append(fetch.calls[before:])
+    full = [step for step, calls in enumerate(asked) for _, n in calls if n == 16 * KIB]
+    assert len(full) >= 2, asked
+    # The run after the first full run is asked for by the very next read, one block on: the
+    # reader has not reached the first run yet. (One run ahead, it waited until the reader
+    # entered that run, two reads later.)
+    assert full[1] - full[0] == 1, asked
+    db.close()
+
+
 @pytest.mark.parametrize("readahead", [16 * KIB, 1024 * KIB])
 def test_a_value_read_whole_is_fetched_in_requests_as_long_as_the_readahead(
     small_pages, readahead
