@@ -1188,8 +1188,73 @@ cdef class Database:
 
     def get_range(self, key, start, length):
         """Bytes [start, start+length) of the value, clamped to its end; length None: to the
-        end; start < 0: the last -start bytes. A start past the end gives b""."""
-        return self.get_ranges([(key, start, length)])[0]
+        end; start < 0: the last -start bytes. A start past the end gives b"".
+
+        One lookup and one blob read, without get_ranges' arrays and its explicit read
+        transaction: the lookup's statement stays active until the range is read, and its read
+        transaction keeps the rowid it found valid."""
+        cdef Key k
+        cdef sqlite3_stmt* locate
+        cdef sqlite3_blob* blob = NULL
+        cdef int rc
+        cdef int64_t rowid = 0
+        cdef int64_t size = 0
+        cdef int64_t s = start
+        cdef int64_t want
+        cdef char* dst = NULL
+        if length is not None and length < 0:
+            raise ValueError(f"length must be >= 0 or None, not {length}")
+        _key(key, &k)
+        self._enter()
+        try:
+            locate = self._stmt(S_LOCATE)
+            with nogil:
+                rc = _step_key(locate, &k)
+                if rc == SQLITE_ROW:
+                    rowid = sqlite3_column_int64(locate, 0)
+                    size = sqlite3_column_int64(locate, 1)
+                    if sqlite3_column_type(locate, 1) == SQLITE_NULL:
+                        rc = _NULL_VALUE
+                if rc != SQLITE_ROW:
+                    sqlite3_reset(locate)
+            if rc == SQLITE_DONE:
+                return None
+            if rc == _NULL_VALUE:
+                raise self._null_value_error(key)
+            if rc != SQLITE_ROW:
+                raise self._error(rc, f"cannot read {key!r}")
+            if size > self._file_bytes:
+                self._check_claim(size, f"the value of {key!r}", locate)
+            if s < 0:
+                s = size + s if size + s > 0 else 0
+            elif s > size:
+                s = size
+            want = size - s
+            if length is not None and length < want:
+                want = length
+            try:
+                out = PyBytes_FromStringAndSize(NULL, want)
+            except BaseException:
+                sqlite3_reset(locate)
+                raise
+            dst = PyBytes_AS_STRING(out)
+            with nogil:
+                if want > 0:
+                    rc = sqlite3_blob_open(self.db, "main", _TABLE_C, "v", rowid, 0, &blob)
+                    if rc == SQLITE_OK:
+                        rc = sqlite3_blob_read(blob, dst, <int>want, <int>s)
+                else:
+                    rc = SQLITE_OK
+            err = None if rc == SQLITE_OK else self._error(rc, f"cannot read {key!r}")
+            with nogil:
+                if blob != NULL:
+                    sqlite3_blob_close(blob)
+                sqlite3_reset(locate)
+            if err is not None:
+                raise err
+            return out
+        finally:
+            self._leave()
 
     def get_many(self, keys):
         """The values of `keys`, in order, None for a missing key."""

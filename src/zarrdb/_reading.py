@@ -82,6 +82,11 @@ def _get_one(db: Database, key: str, byte_range: ByteRequest | None) -> bytes | 
 
 
 class Reads:
+    # Whether the last whole value `get` read from a local file was longer than
+    # INLINE_READ_MAX: then the next is read in a worker thread without first being looked up
+    # on the loop's thread (a hint: a wrong guess costs a thread hop or a second lookup).
+    _large_values: bool = False
+
     if TYPE_CHECKING:
         _remote: RemoteLocation | None
 
@@ -153,9 +158,19 @@ class Reads:
             )
         db = conns.reader()
         if byte_range is None:
-            data = db.get_limited(key, INLINE_READ_MAX)
-            if isinstance(data, int):
+            if self._large_values:
+                # The last value read was large, and so is the next, most likely (the chunks of
+                # an array): the whole read in a worker thread, with one lookup.
                 data = await asyncio.to_thread(self._get_in_thread, key)
+                if data is not None and len(data) <= INLINE_READ_MAX:
+                    self._large_values = False
+            else:
+                found = db.get_limited(key, INLINE_READ_MAX)
+                if isinstance(found, int):  # its length: larger than the inline bound
+                    self._large_values = True
+                    data = await asyncio.to_thread(self._get_in_thread, key)
+                else:
+                    data = found
         else:
             start, length = _byte_range(byte_range)
             if length is not None and length > INLINE_RANGE_MAX:
