@@ -126,6 +126,7 @@ extension = Extension(
         "src/zarrdb/_zthreads.h",
         "src/zarrdb/_zthreads.pxd",
         "src/zarrdb/_ops.pxi",
+        "src/zarrdb/_statements.pxi",
         "src/zarrdb/_remote_vfs.pxi",
         "src/zarrdb/_remote_vfs.h",
         "src/zarrdb/_vfs_powerloss.pxi",
