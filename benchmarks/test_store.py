@@ -20,15 +20,8 @@ pytest.importorskip("pytest_benchmark", reason="pytest-benchmark is not installe
 
 from zarrdb.cli.bench import FULL, QUICK  # noqa: E402  (after the skip)
 from zarrdb.cli.bench.harness import all_store_kinds  # noqa: E402
-from zarrdb.cli.bench.workloads import (  # noqa: E402
-    WINDOW,
-    Context,
-    FullRead,
-    GatheredSet,
-    Ingest,
-    Windows,
-    size_label,
-)
+from zarrdb.cli.bench.context import WINDOW, Context, size_label  # noqa: E402
+from zarrdb.cli.bench.workloads import FullRead, GatheredSet, Ingest, Windows  # noqa: E402
 
 CONFIG = QUICK if os.environ.get("ZARRDB_BENCH_QUICK") else FULL
 ROUNDS = 3

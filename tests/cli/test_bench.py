@@ -17,11 +17,11 @@ import struct
 import pytest
 
 from zarrdb.cli import bench
-from zarrdb.cli.bench import harness, report, workloads
+from zarrdb.cli.bench import context, harness, report, workloads
 
 from .helpers import assert_ok, run
 
-TINY = workloads.Config(
+TINY = context.Config(
     size=256, small=32, large=128, shard=128, cube=128, cube_chunk=64, cube_inner=16,
     values_mib=(1, 2), repeat=1, windows=5, list_children=5, list_keys_per_child=10,
     hierarchy_arrays=5, threads=(2,), shard_sizes=(128,), single_calls=200,
@@ -251,13 +251,13 @@ def test_cold_option_drops_the_cache_before_each_full_read_or_says_why_not(tmp_p
     assert bench.config_from_args(args).cold
     cfg = dataclasses.replace(TINY, cold=True)
     kind = kinds("zarrdb")[0]
-    ctx = workloads.Context(cfg, tmp_path, [kind])
+    ctx = context.Context(cfg, tmp_path, [kind])
     workloads.ingest_and_read(ctx, kind, "large", False)
     assert ("read large-raw", "zarrdb") in ctx.results
     status = ctx.page_cache.status()
     assert status is not None and status.startswith("cold reads: the OS page cache was")
     assert status in report.caption(ctx) and "warm OS page cache" not in report.caption(ctx)
-    warm = workloads.Context(TINY, tmp_path / "warm", [kind])
+    warm = context.Context(TINY, tmp_path / "warm", [kind])
     assert warm.page_cache.status() is None and "warm OS page cache" in report.caption(warm)
 
 
@@ -277,7 +277,7 @@ def test_bench_notices_wrong_data(tmp_path):
         return MemoryStore(backing, read_only=read_only)
 
     kind = harness.StoreKind("flaky", make, "", "changes a chunk")
-    ctx = workloads.Context(TINY, tmp_path, [kind])
+    ctx = context.Context(TINY, tmp_path, [kind])
     with pytest.raises(AssertionError, match="differs from what was written"):
         workloads.ingest_and_read(ctx, kind, "small", False)
 

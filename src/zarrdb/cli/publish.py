@@ -9,15 +9,13 @@ import os
 from typing import Any
 
 from zarrdb import remote
-from zarrdb.cli import common, stores
+from zarrdb.cli import common, plans, stores
 from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput, say
 
 
 async def run_upload(
     source: stores.Location, dest: stores.Location, args: argparse.Namespace, show: bool
 ) -> int:
-    from zarrdb.cli import copy
-
     url = dest.path
     if source.kind != "zarrdb" or not source.local:
         raise BadInput(
@@ -37,10 +35,10 @@ async def run_upload(
     # The file must be a SQLiteStore file (a file of zarr-python 2's is refused, naming the
     # commands that convert it); its store is closed before the file is read as bytes.
     with stores.closing(stores.open_zarrdb(source.path, busy_timeout=args.busy_timeout)) as src:
-        listing = await copy._listing(src, source, "", True) if args.verify else []
+        listing = await plans.listing(src, source, "", True) if args.verify else []
     options = stores.remote_options(url, dest.storage_options)
-    plan = copy.Plan(source, dest, "", "", listing)
-    with copy.Progress(show) as progress:
+    plan = plans.Plan(source, dest, "", "", listing)
+    with plans.Progress(show) as progress:
         task = progress.task("upload", 1, os.path.getsize(source.path))
 
         def sent(nbytes: int) -> None:
@@ -69,13 +67,11 @@ async def _verify(
     plan: Any, args: argparse.Namespace, options: dict[str, Any], progress: Any
 ) -> list[str]:
     """Every key and value of the object, read in place, against the local file."""
-    from zarrdb.cli import copy
-
     check = stores.open_remote_zarrdb(plan.dest.path, options)
     with stores.closing(check):
         local = stores.open_zarrdb(plan.source.path, busy_timeout=args.busy_timeout)
         with stores.closing(local):
-            return await copy.verify(local, check, plan, args.batch_bytes, progress)
+            return await plans.verify(local, check, plan, args.batch_bytes, progress)
 
 
 def _report(plan: Any, result: Any, mismatches: list[str], args: argparse.Namespace) -> None:

@@ -36,7 +36,8 @@ from zarrdb.cli.bench.harness import (
     others_cpu_share,
     round_robin,
 )
-from zarrdb.cli.bench.workloads import PAIRS, Config, Context, Workload, all_workloads
+from zarrdb.cli.bench.catalog import PAIRS, Workload, all_workloads
+from zarrdb.cli.bench.context import Config, Context
 from zarrdb.cli.common import new_file
 from zarrdb.cli.framework import EXIT_OK, BadInput
 

@@ -14,7 +14,7 @@ import zarr
 import zarr.api.asynchronous
 
 from zarrdb.cli.bench.harness import StoreKind, close, remove, run_async, settle
-from zarrdb.cli.bench.workloads import Context, create_array
+from zarrdb.cli.bench.context import Context, create_array
 
 
 def _blocks(shape: tuple[int, ...], block: tuple[int, ...]) -> list[tuple[slice, ...]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from zarrdb.cli.bench.harness import MAX_SPREAD, Results, environment
-from zarrdb.cli.bench.workloads import WINDOW, Config, Context, size_label
+from zarrdb.cli.bench.context import WINDOW, Config, Context, size_label
 
 BASELINE = "local"
 

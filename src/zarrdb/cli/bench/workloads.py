@@ -10,13 +10,10 @@ run instead of producing a figure.
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,149 +21,22 @@ import zarr
 import zarr.codecs
 from zarr.buffer import default_buffer_prototype
 
+from zarrdb.cli.bench.context import (
+    WINDOW,
+    Context,
+    create_array,
+)
 from zarrdb.cli.bench.harness import (
-    PageCache,
-    Results,
     StoreKind,
     close,
     in_threads,
     remove,
     run_async,
     settle,
-    synthetic_cube,
-    synthetic_field,
     timed,
 )
 
 READS_PER_SAMPLE = 3  # a full-read sample is the median of this many reads
-WINDOW = 64  # edge of a random window, and of the chunks inside shards
-
-
-@dataclass
-class Config:
-    size: int = 4096  # edge of the float32 field
-    small: int = 64  # small chunk edge (64: 16 KiB)
-    large: int = 512  # large chunk edge (512: 1 MiB)
-    shard: int = 1024  # edge of the field's shards (of 64x64 chunks) in the sharded ingest
-    cube: int = 512  # edge of the uint16 volume (0: none)
-    cube_chunk: int = 256  # its chunk edge (256: 32 MiB), and its shards' edge
-    cube_inner: int = 32  # the edge of the chunks inside the cube's shards
-    values_mib: tuple[int, ...] = (1, 4, 32, 128)  # values of these sizes, cut from the cube
-    cold: bool = False  # drop the OS page cache before each full read (root only)
-    repeat: int = 3
-    windows: int = 200
-    list_children: int = 200
-    list_keys_per_child: int = 500
-    hierarchy_arrays: int = 200
-    threads: tuple[int, ...] = (2, 4)
-    shard_sizes: tuple[int, ...] = (512, 1024, 2048)  # shard edges, 64x64 chunks inside
-    single_calls: int = 2000  # store.get/set calls per sample
-
-    def chunk_bytes(self, data: str) -> int:
-        """Bytes of one value (a chunk, or a shard) of the data set `data`."""
-        layout = self.layouts()[data]
-        item = 2 if layout.cube else 4
-        return int(np.prod(layout.shards or layout.chunks)) * item
-
-    def layouts(self) -> dict[str, Layout]:
-        """The data sets an ingest writes, by name: the float32 field in small and large
-        chunks and in shards, the uint16 cube in chunks and in shards, and the cube in values
-        of each of `values_mib` (stacks of whole planes)."""
-        out = {
-            "small": Layout(False, (self.small, self.small)),
-            "large": Layout(False, (self.large, self.large)),
-            "shard": Layout(False, (WINDOW, WINDOW), (self.shard, self.shard)),
-        }
-        if self.cube:
-            edge, inner = self.cube_chunk, self.cube_inner
-            out["cube"] = Layout(True, (edge,) * 3)
-            out["cube-shard"] = Layout(True, (inner,) * 3, (edge,) * 3)
-            plane = self.cube * self.cube * 2
-            for mib in self.values_mib:
-                planes, rest = divmod(mib << 20, plane)
-                if planes and not rest and planes <= self.cube:
-                    out[f"value-{mib}MiB"] = Layout(True, (planes, self.cube, self.cube))
-        return out
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How a data set is cut: the field (float32, 2-D) or the cube (uint16, 3-D), its chunks,
-    and the shards holding them (None: every chunk is a value of its own)."""
-
-    cube: bool
-    chunks: tuple[int, ...]
-    shards: tuple[int, ...] | None = None
-
-
-def size_label(nbytes: int) -> str:
-    return f"{nbytes >> 20}MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10}KiB"
-
-
-@dataclass
-class Context:
-    config: Config
-    root: Path
-    kinds: list[StoreKind]
-    results: Results = field(default_factory=Results)
-    prepared: set[tuple[str, str]] = field(default_factory=set)  # (store, data set) written
-    page_cache: PageCache = field(default_factory=PageCache)
-
-    @functools.cached_property
-    def field(self) -> np.ndarray:
-        return synthetic_field(self.config.size)
-
-    @functools.cached_property
-    def cube(self) -> np.ndarray:
-        return synthetic_cube(self.config.cube)
-
-    def data(self, name: str) -> np.ndarray:
-        return self.cube if self.config.layouts()[name].cube else self.field
-
-    def written(self, kind: StoreKind, label: str, fill: Callable[[Any], None]) -> Path:
-        """The path of the data set `label` of `kind`, written by `fill(store)` the first time
-        it is asked for (later repetitions read the same one)."""
-        path = kind.path(self.root, label)
-        if (kind.name, label) not in self.prepared:
-            remove(path)
-            store = kind.make(path, False)
-            try:
-                fill(store)
-            finally:
-                close(store)
-            self.prepared.add((kind.name, label))
-        return path
-
-
-CODECS = ("raw", "zstd", "blosc")
-
-
-def create_array(
-    store: Any,
-    data: np.ndarray,
-    chunks: int | tuple[int, ...],
-    compressed: bool | str,
-    shards: int | tuple[int, ...] | None = None,
-) -> zarr.Array[Any]:
-    """A new array for `data`; `compressed` is True (zstd), False (raw) or a name of CODECS
-    (blosc: zstd level 1 with bit shuffling)."""
-    ndim = data.ndim
-    codec = compressed if isinstance(compressed, str) else ("zstd" if compressed else "raw")
-    compressors: Any = {
-        "raw": None,
-        "zstd": zarr.codecs.ZstdCodec(level=1),
-        "blosc": zarr.codecs.BloscCodec(cname="zstd", clevel=1, shuffle="bitshuffle"),
-    }[codec]
-    return zarr.create_array(
-        store,
-        shape=data.shape,
-        chunks=(chunks,) * ndim if isinstance(chunks, int) else chunks,
-        shards=(shards,) * ndim if isinstance(shards, int) else shards,
-        dtype=data.dtype,
-        compressors=compressors,
-        fill_value=0,
-    )
-
 
 # --- cases: setup, a timed run, a check ----------------------------------------------------------
 
@@ -527,98 +397,3 @@ def one_get(ctx: Context, kind: StoreKind) -> None:
     finally:
         close(store)
     ctx.results.record("get 16 KiB", kind.name, "us/op", statistics.median(latencies) * 1e6)
-
-
-# The stores of the comparisons a user makes: zarrdb's two durabilities and LocalStore with
-# and without an fsync.
-PAIRS = ("zarrdb", "zarrdb-off", "local", "local-fsync")
-
-
-@dataclass(frozen=True)
-class Workload:
-    name: str
-    family: str  # "ingest" or "other": which kinds take part (StoreKind.runs)
-    data: str | None
-    run: Callable[[Context, StoreKind], None]
-    stores: tuple[str, ...] | None = None  # only these kinds (None: all that take part)
-    demo: bool = False  # part of the default run (the comparisons a user makes)
-
-    def takes(self, kind: StoreKind) -> bool:
-        """Whether `kind` takes part in this workload."""
-        if self.stores is not None and kind.name not in self.stores:
-            return False
-        return kind.runs(self.family, self.data)
-
-
-def all_workloads(cfg: Config) -> list[Workload]:
-    """Every workload of `--full`, in the order they run (those marked `demo` are the
-    default run's)."""
-    layouts = cfg.layouts()
-    out: list[Workload] = []
-
-    def ingest(data: str, codec: str, demo: bool = False, reads: bool = True,
-               stores: tuple[str, ...] | None = None) -> None:  # fmt: skip
-        run = functools.partial(_ingest_and_read, data=data, compressed=codec, reads=reads)
-        what = "ingest/read" if reads else "ingest"
-        out.append(Workload(f"{what} {data}-{codec}", "ingest", data, run, stores, demo))
-
-    ingest("small", "raw", demo=True)
-    ingest("small", "zstd")
-    ingest("large", "raw", demo=True)
-    ingest("large", "zstd")
-    ingest("shard", "raw", demo=True)
-    if "cube" in layouts:
-        ingest("cube", "raw", demo=True)
-        # 32,768 inner chunks a run, zarr's encoding dominates: the four stores compared only
-        ingest("cube-shard", "raw", stores=PAIRS)
-        ingest("cube-shard", "blosc", stores=PAIRS)
-        for data in ("cube", "cube-shard"):
-            for codec in ("raw", "blosc") if data == "cube-shard" else ("raw",):
-                run = functools.partial(_cold_reads, data=data, codec=codec)
-                name = f"cold reads {data}-{codec}"
-                out.append(Workload(name, "other", data, run, ("zarrdb", "local")))
-        for data in (d for d in layouts if d.startswith("value-")):
-            for codec in ("raw", "zstd"):
-                ingest(data, codec, reads=False, stores=PAIRS)
-    out.append(
-        Workload(
-            "windows",
-            "other",
-            None,
-            lambda c, k: random_windows(c, k, "small", c.config.small, None),
-            demo=True,
-        )
-    )
-    for shard in cfg.shard_sizes:
-        label = f"shard-{size_label(shard * shard * 4)}"
-        run = functools.partial(_windows, label=label, shard=shard)
-        out.append(Workload(f"windows {label}", "other", None, run))
-    for n in cfg.threads:
-        out.append(Workload(f"{n} threads", "other", None, functools.partial(_threads, n=n)))
-    out.append(Workload("get", "other", None, one_get, demo=True))
-    out.append(Workload("single calls", "other", None, single_calls))
-    out.append(Workload("gathered set", "other", None, gathered_set))
-    out.append(Workload("listing", "other", None, listing, demo=True))
-    out.append(Workload("hierarchy", "other", None, open_hierarchy))
-    return out
-
-
-def _ingest_and_read(
-    ctx: Context, kind: StoreKind, *, data: str, compressed: str, reads: bool
-) -> None:
-    ingest_and_read(ctx, kind, data, compressed, reads)
-
-
-def _cold_reads(ctx: Context, kind: StoreKind, *, data: str, codec: str) -> None:
-    from zarrdb.cli.bench.cold import cold_reads  # it builds on this module
-
-    if (kind.name, f"{data}-{codec}") in ctx.prepared:
-        cold_reads(ctx, kind, data, codec)
-
-
-def _windows(ctx: Context, kind: StoreKind, *, label: str, shard: int) -> None:
-    random_windows(ctx, kind, label, WINDOW, shard)
-
-
-def _threads(ctx: Context, kind: StoreKind, *, n: int) -> None:
-    reader_threads(ctx, kind, n)
