@@ -1,40 +1,32 @@
 """File-level operations of SQLiteStore: renaming a node, backup, vacuum, integrity check,
 listing sizes, facts about the file (public API; the command line is built on them).
 
-A mixin: SQLiteStore provides `path`, `_connections()` (the open file, opened on first use) and
-`_connections_for_write()` (the same, after checking the store is writable).
+A mixin of SQLiteStore, which holds the store's `Session` (`_session`, _session.py): every
+operation reaches the file through it.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from zarrdb import _format, errors
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from zarrdb._connections import Connections
-    from zarrdb._core import Database
+from zarrdb._core import Database
+from zarrdb._session import Session
 
 T = TypeVar("T")
 
 
 class FileOperations:
     path: str
-
-    if TYPE_CHECKING:
-
-        def _connections(self) -> Connections: ...
-
-        def _connections_for_write(self) -> Connections: ...
+    _session: Session
 
     def _maintain(self, fn: Callable[[Database], T]) -> T:
         """Run `fn(db)` on the write connection, once everything queued is written (inside
-        an open explicit transaction, as part of it: the store object is the session)."""
-        return self._connections_for_write().write_with(fn)
+        an open explicit transaction, as part of it: the store object is the transaction's)."""
+        return self._session.for_write().write_with(fn)
 
     def move(self, source: str, dest: str) -> int:
         """Deprecated name of `rename`.
@@ -110,7 +102,7 @@ class FileOperations:
         target = os.fspath(dest)
         if os.path.exists(target):
             raise FileExistsError(f"{target!r} exists already")
-        self._connections().read_with(lambda db: db.backup_to(target))
+        self._session.connections().read_with(lambda db: db.backup_to(target))
 
     def vacuum(self) -> None:
         """Rebuild the file without free pages.
@@ -128,7 +120,7 @@ class FileOperations:
         list of str
             The problems found, one per item; empty when the file is sound.
         """
-        return self._connections().read_with(lambda db: db.integrity_check())
+        return self._session.connections().read_with(lambda db: db.integrity_check())
 
     def key_sizes(self, prefix: str = "") -> list[tuple[str, int]]:
         """The stored size of every value whose key starts with `prefix`, without reading it.
@@ -138,7 +130,7 @@ class FileOperations:
         list of (str, int)
             `(key, length in bytes)` pairs, in key order.
         """
-        return self._connections().read_with(lambda db: db.list_prefix_sizes(prefix))
+        return self._session.connections().read_with(lambda db: db.list_prefix_sizes(prefix))
 
     def remote_stats(self) -> dict[str, int] | None:
         """The counters of a remote file's block cache.
@@ -150,7 +142,7 @@ class FileOperations:
             request, failures, evictions, `cached_bytes` and `loading` (blocks being fetched
             now); None for a local file.
         """
-        remote = self._connections().remote
+        remote = self._session.connections().remote
         return None if remote is None else remote.stats()
 
     def file_info(self) -> dict[str, Any]:
@@ -166,7 +158,7 @@ class FileOperations:
         """
         import zarrdb
 
-        conns = self._connections()
+        conns = self._session.connections()
 
         def read(db: Database) -> dict[str, Any]:
             facts = _format.read_facts(db)

@@ -2,14 +2,15 @@
 ranges for sharded arrays, sizes, and the listings, each on the calling thread's read
 connection (or the transaction's own, inside one).
 
-A mixin: SQLiteStore provides `_connections()` (the open file, opened on first use).
+A mixin of SQLiteStore, which holds the store's `Session` (`_session`, _session.py): every read
+reaches the file through it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from zarr.abc.store import (
@@ -21,11 +22,8 @@ from zarr.abc.store import (
 from zarr.core.buffer import Buffer, BufferPrototype, cpu, default_buffer_prototype
 
 from zarrdb import _format
-
-if TYPE_CHECKING:
-    from zarrdb._connections import Connections
-    from zarrdb._core import Database
-    from zarrdb.remote import ReadPool, RemoteLocation
+from zarrdb._core import Database
+from zarrdb._session import Session
 
 T = TypeVar("T")
 
@@ -87,12 +85,7 @@ class Reads:
     # on the loop's thread (a hint: a wrong guess costs a thread hop or a second lookup).
     _large_values: bool = False
 
-    if TYPE_CHECKING:
-        _remote: RemoteLocation | None
-
-        def _connections(self) -> Connections: ...
-
-        def _read_pool(self) -> ReadPool: ...
+    _session: Session
 
     def get_sync(
         self,
@@ -120,7 +113,7 @@ class Reads:
         Buffer or None
             The bytes, or None if the key is not stored.
         """
-        conns = self._connections()
+        conns = self._session.connections()
         if conns.in_transaction():
             data = conns.read_with(lambda db: _get_one(db, key, byte_range))
         else:  # the common case, without a closure per call
@@ -143,13 +136,13 @@ class Reads:
         """
         if prototype is None:
             prototype = default_buffer_prototype()
-        if self._remote is not None:
+        if self._session.location is not None:
             # Every read of a remote file in the store's read threads, where waits for the
             # network overlap (and the event loop's thread never waits for one).
-            return await self._read_pool().run(
+            return await self._session.read_pool().run(
                 self.get_sync, key, prototype=prototype, byte_range=byte_range
             )
-        conns = self._connections()
+        conns = self._session.connections()
         if conns.in_transaction():
             # The transaction's connection, once the writes queued before are written: wait
             # for it in a worker thread, not on the loop (which may run those writes).
@@ -180,19 +173,19 @@ class Reads:
         return None if data is None else _as_buffer(prototype, data)
 
     def _get_in_thread(self, key: str) -> bytes | None:
-        return self._connections().reader().get(key)
+        return self._session.connections().reader().get(key)
 
     def _get_range_in_thread(self, key: str, start: int, length: int | None) -> bytes | None:
-        return self._connections().reader().get_range(key, start, length)
+        return self._session.connections().reader().get_range(key, start, length)
 
     def _get_ranges_sync(
         self, requests: Sequence[tuple[str, int, int | None]]
     ) -> list[bytes | None]:
-        return self._connections().read_with(lambda db: db.get_ranges(requests))
+        return self._session.connections().read_with(lambda db: db.get_ranges(requests))
 
     async def _get_ranges(self, requests: list[tuple[str, int, int | None]]) -> list[bytes | None]:
-        if self._remote is not None:
-            pool = self._read_pool()
+        if self._session.location is not None:
+            pool = self._session.read_pool()
             if len(requests) == 1:
                 return await pool.run(self._get_ranges_sync, requests)
             # Each range in a read thread of its own: their misses are fetched together (the
@@ -202,7 +195,7 @@ class Reads:
                     *(pool.run(self._get_range_in_thread, *request) for request in requests)
                 )
             )
-        if len(requests) <= INLINE_BATCH_MAX and not self._connections().in_transaction():
+        if len(requests) <= INLINE_BATCH_MAX and not self._session.connections().in_transaction():
             return self._get_ranges_sync(requests)
         return await asyncio.to_thread(self._get_ranges_sync, requests)
 
@@ -292,9 +285,9 @@ class Reads:
     async def _read(self, fn: Callable[[Database], T]) -> T:
         """`fn(db)` on the connection a read uses; while an explicit transaction is open, in
         a worker thread (its connection waits for the writes queued before the read)."""
-        if self._remote is not None:
-            return await self._read_pool().run(lambda: self._connections().read_with(fn))
-        conns = self._connections()
+        if self._session.location is not None:
+            return await self._session.read_pool().run(lambda: self._session.connections().read_with(fn))
+        conns = self._session.connections()
         if conns.in_transaction():
             return await asyncio.to_thread(conns.read_with, fn)
         return fn(conns.reader())

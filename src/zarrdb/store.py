@@ -2,8 +2,10 @@
 
 This module is the adapter between zarr's Store API and the engine: opening, options, pickling
 and writes. The work behind it lives in its own modules (the module map of docs/development.md):
-- _connections.py: the connections of this process and where each call goes, closing on every
-  path; _opening.py: creating and checking the file; _readers.py: a read connection per thread;
+- _session.py: the store's open file in this process (the store holds one; reads, writes and
+  file operations reach the file through it); _connections.py: the connections of this process
+  and where each call goes, closing on every path; _opening.py: creating and checking the file;
+  _readers.py: a read connection per thread;
 - _reading.py: reads, byte ranges, batches and listings (a mixin of SQLiteStore);
 - _writing.py: writes go to the engine's writer thread (group commit beside zarr's own work),
   and explicit transactions (`with store.transaction():`) on top of it;
@@ -13,20 +15,18 @@ and writes. The work behind it lives in its own modules (the module map of docs/
 from __future__ import annotations
 
 import os
-import threading
-import weakref
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from zarr.abc.store import Store
 from zarr.core.buffer import Buffer
 
-from zarrdb import _format, errors
+from zarrdb import _format
 from zarrdb import remote as _remote
-from zarrdb._connections import Connections
-from zarrdb._opening import DEFAULT_CACHE_KIB, DEFAULT_MMAP_BYTES
 from zarrdb._file_ops import FileOperations
+from zarrdb._opening import DEFAULT_CACHE_KIB, DEFAULT_MMAP_BYTES
 from zarrdb._reading import Reads
+from zarrdb._session import Session
 from zarrdb._writing import Transaction, Writing
 
 if TYPE_CHECKING:
@@ -39,18 +39,6 @@ Durability = Literal["full", "normal", "off"]
 # Durability levels; the SQLite synchronous setting each stands for, by journal mode, is chosen
 # in _opening.synchronous.
 _DURABILITY_LEVELS = ("full", "normal", "off")
-
-# This process's id, kept current across fork() without a system call per store call.
-_PID = os.getpid()
-
-
-def _forked() -> None:
-    global _PID
-    _PID = os.getpid()
-
-
-os.register_at_fork(after_in_child=_forked)
-
 
 def _value_view(value: Buffer) -> Any:
     """The bytes of a zarr Buffer, without a copy for CPU buffers."""
@@ -161,8 +149,7 @@ class SQLiteStore(FileOperations, Reads, Store):
             raise ValueError(f"journal must be 'auto', 'wal' or 'delete', not {journal!r}")
         # A remote file (read-only): a URL, or a RemoteLocation from from_object_store.
         self._remote: _remote.RemoteLocation | None = None
-        self._block_cache: _remote.BlockCache | None = None
-        self._expect_etag: str | None = None  # the version a pickled remote store was opened at
+        block_cache_options: _remote.BlockCache | None = None
         if isinstance(path, _remote.RemoteLocation) or _remote.is_url(path):
             if not self.read_only:
                 raise ValueError(
@@ -173,7 +160,7 @@ class SQLiteStore(FileOperations, Reads, Store):
                 self._remote = path
             else:
                 self._remote = _remote.RemoteLocation(path, storage_options=storage_options)
-            self._block_cache = _remote.BlockCache.from_options(block_cache)
+            block_cache_options = _remote.BlockCache.from_options(block_cache)
             self.path = self._remote.url
         elif storage_options is not None or block_cache is not None:
             raise ValueError("storage_options and block_cache apply to remote files (URLs) only")
@@ -189,11 +176,23 @@ class SQLiteStore(FileOperations, Reads, Store):
             "journal": journal,
             "check_pages": bool(check_pages),
         }
-        self._conns: Connections | None = None
-        self._closer: weakref.finalize[[], SQLiteStore] | None = None
-        self._open_lock = threading.Lock()
-        # A remote store's read threads (made at the first read; see remote.ReadPool).
-        self._pool: _remote.ReadPool | None = None
+        self._session = Session(
+            self.path,
+            self.read_only,
+            self._options,
+            location=self._remote,
+            block_cache=block_cache_options,
+            accept_zarr2=self._accept_zarr2,
+        )
+
+    @property
+    def _is_open(self) -> bool:  # zarr's flag: whether this process has the file open now
+        session = self.__dict__.get("_session")
+        return session is not None and session.is_open
+
+    @_is_open.setter
+    def _is_open(self, value: bool) -> None:
+        """zarr's Store sets the flag in __init__ and close(); here it follows the session."""
 
     # --- life cycle ------------------------------------------------------------------------
 
@@ -242,79 +241,18 @@ class SQLiteStore(FileOperations, Reads, Store):
     async def _open(self) -> None:
         if self._is_open:
             raise ValueError("store is already open")
-        if self._remote is not None:  # the opening request, off the event loop's thread
-            await self._read_pool().run(self._open_sync)
-        else:
-            self._open_sync()
-
-    def _open_sync(self) -> Connections:
-        with self._open_lock:
-            conns = self._conns
-            if (
-                conns is not None
-                and conns.pid == os.getpid()
-                and self._is_open
-                and not conns.closed
-            ):
-                return conns
-            remote = None
-            if self._remote is not None:
-                assert self._block_cache is not None  # made with self._remote
-                remote = (self._remote, self._block_cache, self._expect_etag)
-            conns = Connections(
-                self.path,
-                self.read_only,
-                self._options,
-                remote,
-                accept_zarr2=self._accept_zarr2,
-            )
-            conns.open()
-            self._conns = conns
-            self._is_open = True
-            # Closed like close() when the store is garbage-collected unclosed, or at the
-            # latest at interpreter exit: the file is always left whole, in DELETE mode.
-            self._closer = weakref.finalize(self, conns.close)
-            return conns
-
-    def _read_pool(self) -> _remote.ReadPool:
-        """The threads a remote store reads in (a new set after close())."""
-        pool = self._pool
-        if pool is None:
-            with self._open_lock:
-                pool = self._pool
-                if pool is None:
-                    assert self._block_cache is not None
-                    pool = self._pool = _remote.ReadPool(self._block_cache.max_requests)
-        return pool
-
-    def _connections(self) -> Connections:
-        conns = self._conns
-        if conns is None or conns.pid != _PID or conns.closed:
-            conns = self._open_sync()
-        return conns
-
-    def _connections_for_write(self) -> Connections:
-        self._check_writable()
-        return self._connections()
+        await self._ensure_open()
 
     def _writable_writing(self) -> Writing:
         """The writer, after checking that the store may write (ReadOnlyError)."""
         self._check_writable()
-        return self._writing()
-
-    def _writing(self) -> Writing:
-        """The writer of this process's connections; only for a writable store (callers
-        check with _check_writable first)."""
-        writing = self._connections().writing
-        if writing is None:  # a writable store's connections have one until they are closed
-            raise errors.ClosedError(f"the store {self.path!r} was closed meanwhile")
-        return writing
+        return self._session.writing()
 
     async def _ensure_open(self) -> None:
         if self._remote is not None:  # the opening request, off the event loop's thread
-            await self._read_pool().run(self._connections)
+            await self._session.read_pool().run(self._session.connections)
         else:
-            self._connections()
+            self._session.connections()
 
     def ensure_open(self) -> None:
         """Open the file now instead of at the first use.
@@ -330,7 +268,7 @@ class SQLiteStore(FileOperations, Reads, Store):
             If the file is not a SQLiteStore file this zarrdb can use, is damaged, or stays
             locked longer than `busy_timeout`.
         """
-        self._connections()
+        self._session.connections()
 
     @property
     def options(self) -> dict[str, Any]:
@@ -347,25 +285,7 @@ class SQLiteStore(FileOperations, Reads, Store):
         The file is put back in DELETE journal mode, so no `-wal`, `-shm` or `-journal` file
         remains beside it. The store reopens by itself when it is used again.
         """
-        # Under the lock that opening takes: a connection another thread is opening meanwhile
-        # is either finished first and closed here, or opened after this returns. (Were it
-        # left open beside the next one, two write connections of one store could wait on
-        # each other's locks: a transaction open on one, its block's writes queued on the
-        # other.)
-        # (A remote store's read threads are stopped after: one may be waiting for the lock.)
-        pool = None
-        try:
-            with self._open_lock:
-                closer, self._closer = self._closer, None
-                self._conns = None
-                pool, self._pool = self._pool, None
-                if pool is not None:
-                    pool.cancel()  # reads waiting for the network end now, not after timeouts
-                if closer is not None:
-                    closer()
-        finally:
-            if pool is not None:
-                pool.close()
+        self._session.close()
         super().close()
 
     def __enter__(self) -> Self:
@@ -376,7 +296,7 @@ class SQLiteStore(FileOperations, Reads, Store):
         opts = dict(self._options)
         if self._remote is not None:
             return type(self)(
-                self._remote, read_only=read_only, block_cache=self._block_cache, **opts
+                self._remote, read_only=read_only, block_cache=self._session.block_cache, **opts
             )
         return type(self)(self.path, read_only=read_only, **opts)
 
@@ -401,12 +321,12 @@ class SQLiteStore(FileOperations, Reads, Store):
         if self._remote is not None:
             # A remote store reopens at the version it has open (or was given), so that the
             # processes reading one array never mix two versions of the file.
-            conns = self._conns
+            conns = self._session.current
             opened = conns.remote if conns is not None else None
             state["remote"] = {
                 "location": self._remote,
-                "block_cache": self._block_cache,
-                "etag": opened.etag if opened is not None else self._expect_etag,
+                "block_cache": self._session.block_cache,
+                "etag": opened.etag if opened is not None else self._session.expect_etag,
             }
         return state
 
@@ -421,7 +341,7 @@ class SQLiteStore(FileOperations, Reads, Store):
             block_cache=remote["block_cache"],
             **state["options"],
         )
-        self._expect_etag = remote["etag"]
+        self._session.expect_etag = remote["etag"]
 
     def transaction(self) -> Transaction[Self]:
         """A block whose writes to this store are one atomic commit.
@@ -460,16 +380,16 @@ class SQLiteStore(FileOperations, Reads, Store):
         """
         self._check_writable()
         op = self._set_op(key, value)
-        self._writing().write_sync([op])
+        self._session.writing().write_sync([op])
 
     def delete_sync(self, key: str) -> None:
         """Delete `key` (if stored) without an event loop; the synchronous form of `delete`."""
         self._check_writable()
-        self._writing().write_sync([("delete", _format.check_key(key), None)])
+        self._session.writing().write_sync([("delete", _format.check_key(key), None)])
 
     async def _write(self, ops: list[tuple[str, str, Any]]) -> None:
         self._check_writable()
-        await self._writing().write_async(ops)
+        await self._session.writing().write_async(ops)
 
     async def set(self, key: str, value: Buffer) -> None:
         """Store `value` at `key`; returns once it is committed (group commit).
@@ -488,7 +408,7 @@ class SQLiteStore(FileOperations, Reads, Store):
         """
         self._check_writable()
         op = self._set_op(key, value)
-        await self._writing().write_async([op])
+        await self._session.writing().write_async([op])
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
         """Store `value` at `key` only if the key is not stored yet."""

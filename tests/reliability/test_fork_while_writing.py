@@ -41,7 +41,7 @@ def buf(data: bytes) -> cpu.Buffer:
 def _child(store: SQLiteStore, path: Path) -> dict[str, object]:
     report: dict[str, object] = {}
     try:  # the parent's writer, inherited
-        store._conns.writing.writer.submit([("set", "x", b"x")])  # type: ignore[union-attr]
+        store._session.current.writing.writer.submit([("set", "x", b"x")])  # type: ignore[union-attr]
     except errors.ForkedProcessError:
         report["inherited writer"] = "ForkedProcessError"
     own = SQLiteStore(path, busy_timeout=10)

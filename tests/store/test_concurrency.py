@@ -818,7 +818,7 @@ def test_threads_that_come_and_go_reuse_read_connections(read_only: bool, tmp_pa
     for start in range(0, 200, 4):
         run_threads([lambda i=i: read(i) for i in range(start, start + 4)])
     assert not wrong
-    conns = store._conns
+    conns = store._session.current
     assert conns is not None
     assert len(conns.pool.readers) <= 5, len(conns.pool.readers)
     if descriptors is not None:

@@ -65,7 +65,7 @@ class TestSQLiteStore(StoreTests[SQLiteStore, cpu.Buffer]):
 
 
 def _create(path):
-    SQLiteStore(path)._open_sync()
+    SQLiteStore(path).ensure_open()
 
 
 def test_rollback_journal_option(tmp_path):

@@ -1,0 +1,144 @@
+"""The open file of one SQLiteStore in this process, which the store holds (composition).
+
+The zarr adapter (store.py, its reads in _reading.py, its file operations in _file_ops.py)
+reaches the file only through its session:
+- `connections()`: the connections of this process (_connections.py), opened at the first use,
+  and again after `close()` or in a forked child;
+- `writing()`: a writable store's writer, never None (ClosedError if closed meanwhile);
+- `read_pool()`: the threads every read of a remote file runs in.
+
+Closing leaves one self-contained file on every path: `close()`, garbage collection of the
+store (its session goes with it), the end of the program.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from typing import Any
+
+from zarrdb import errors
+from zarrdb import remote as _remote
+from zarrdb._connections import Connections
+from zarrdb._writing import Writing
+
+# This process's id, kept current across fork() without a system call per store call.
+_PID = os.getpid()
+
+
+def _forked() -> None:
+    global _PID
+    _PID = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+class Session:
+    """One store's file in this process: local (`path`) or remote (`location`)."""
+
+    def __init__(
+        self,
+        path: str,
+        read_only: bool,
+        options: dict[str, Any],
+        *,
+        location: _remote.RemoteLocation | None = None,
+        block_cache: _remote.BlockCache | None = None,
+        accept_zarr2: bool = False,
+    ) -> None:
+        self.path = path
+        self.read_only = read_only
+        self.options = options
+        self.location = location
+        self.block_cache = block_cache
+        self.accept_zarr2 = accept_zarr2
+        self.expect_etag: str | None = None  # the version a pickled remote store was opened at
+        self._conns: Connections | None = None
+        self._closer: weakref.finalize[[], Session] | None = None
+        self._lock = threading.Lock()
+        self._pool: _remote.ReadPool | None = None  # a remote store's read threads
+
+    @property
+    def current(self) -> Connections | None:
+        """The connections opened last (None before the first use and after close())."""
+        return self._conns
+
+    @property
+    def is_open(self) -> bool:
+        conns = self._conns
+        return conns is not None and conns.pid == _PID and not conns.closed
+
+    def open(self) -> Connections:
+        """The connections of this process, opened now if they are not."""
+        with self._lock:
+            conns = self._conns
+            if conns is not None and conns.pid == os.getpid() and not conns.closed:
+                return conns
+            remote = None
+            if self.location is not None:
+                assert self.block_cache is not None  # given with the location
+                remote = (self.location, self.block_cache, self.expect_etag)
+            conns = Connections(
+                self.path, self.read_only, self.options, remote, accept_zarr2=self.accept_zarr2
+            )
+            conns.open()
+            self._conns = conns
+            # Closed like close() when the session (with its store) is garbage-collected, or
+            # at the latest at interpreter exit: the file is always left whole, in DELETE mode.
+            self._closer = weakref.finalize(self, conns.close)
+            return conns
+
+    def connections(self) -> Connections:
+        conns = self._conns
+        if conns is None or conns.pid != _PID or conns.closed:
+            conns = self.open()
+        return conns
+
+    def for_write(self) -> Connections:
+        """The connections, for a store that may write (zarr's error for a read-only one)."""
+        if self.read_only:
+            raise ValueError("store was opened in read-only mode and does not support writing")
+        return self.connections()
+
+    def writing(self) -> Writing:
+        """The writer of this process's connections; for a writable store only (the store
+        checks that first)."""
+        writing = self.connections().writing
+        if writing is None:  # a writable store's connections have one until they are closed
+            raise errors.ClosedError(f"the store {self.path!r} was closed meanwhile")
+        return writing
+
+    def read_pool(self) -> _remote.ReadPool:
+        """The threads a remote store reads in (a new set after close())."""
+        pool = self._pool
+        if pool is None:
+            with self._lock:
+                pool = self._pool
+                if pool is None:
+                    assert self.block_cache is not None
+                    pool = self._pool = _remote.ReadPool(self.block_cache.max_requests)
+        return pool
+
+    def close(self) -> None:
+        """Commit what is queued, close every connection, and leave one file."""
+        # Under the lock that opening takes: a connection another thread is opening meanwhile
+        # is either finished first and closed here, or opened after this returns. (Were it
+        # left open beside the next one, two write connections of one store could wait on
+        # each other's locks: a transaction open on one, its block's writes queued on the
+        # other.)
+        # (A remote store's read threads are stopped after: one may be waiting for the lock.)
+        pool = None
+        try:
+            with self._lock:
+                closer, self._closer = self._closer, None
+                self._conns = None
+                pool, self._pool = self._pool, None
+                if pool is not None:
+                    pool.cancel()  # reads waiting for the network end now, not after timeouts
+                if closer is not None:
+                    closer()
+        finally:
+            if pool is not None:
+                pool.close()
