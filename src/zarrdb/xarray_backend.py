@@ -145,8 +145,20 @@ class ZarrDBBackendEntrypoint(BackendEntrypoint):
             _close_store_with(ds, store)
         return ds
 
-    def open_datatree(
+    def open_datatree(self, filename_or_obj: Any, **options: Any) -> Any:
+        """Every group below `group` as an xarray DataTree; the options of
+        `open_groups_as_dict`."""
+        return self._open_nodes("open_datatree", filename_or_obj, **options)
+
+    def open_groups_as_dict(self, filename_or_obj: Any, **options: Any) -> dict[str, Any]:
+        """Every group below `group` as a Dataset, by path. Options: `group`, `consolidated`,
+        `zarr_format`, `storage_options`, `block_cache`, and xarray's decoding options."""
+        groups: dict[str, Any] = self._open_nodes("open_groups_as_dict", filename_or_obj, **options)
+        return groups
+
+    def _open_nodes(
         self,
+        method: str,
         filename_or_obj: Any,
         *,
         group: str | None = None,
@@ -156,38 +168,21 @@ class ZarrDBBackendEntrypoint(BackendEntrypoint):
         block_cache: Any = None,
         **decoding: Any,
     ) -> Any:
+        """xarray's zarr backend's `method` (open_datatree or open_groups_as_dict) on the
+        store; an owned store is closed with the result (a tree's root closes every node; of a
+        dict, the first group is the one asked for, the root of the others)."""
         store, owned = _store(filename_or_obj, storage_options, block_cache)
         options = _zarr_options(group=group, consolidated=consolidated, zarr_format=zarr_format)
         with _closed_on_error(store, owned):
-            tree = ZarrBackendEntrypoint().open_datatree(
+            opened = getattr(ZarrBackendEntrypoint(), method)(
                 _as_source(store), mode="r", **options, **decoding
             )
         if owned:
-            # Closing a tree closes every node; the root's closer closes the store too.
-            _close_store_with(tree, store)
-        return tree
-
-    def open_groups_as_dict(
-        self,
-        filename_or_obj: Any,
-        *,
-        group: str | None = None,
-        consolidated: bool | None = None,
-        zarr_format: int | None = None,
-        storage_options: Mapping[str, Any] | None = None,
-        block_cache: Any = None,
-        **decoding: Any,
-    ) -> dict[str, Any]:
-        store, owned = _store(filename_or_obj, storage_options, block_cache)
-        options = _zarr_options(group=group, consolidated=consolidated, zarr_format=zarr_format)
-        with _closed_on_error(store, owned):
-            groups = ZarrBackendEntrypoint().open_groups_as_dict(
-                _as_source(store), mode="r", **options, **decoding
-            )
-        if owned and groups:
-            # The first is the group asked for (the root of the others).
-            _close_store_with(next(iter(groups.values())), store)
-        return groups
+            if method == "open_datatree":
+                _close_store_with(opened, store)
+            elif opened:
+                _close_store_with(next(iter(opened.values())), store)
+        return opened
 
 
 def _as_source(store: SQLiteStore) -> Any:
