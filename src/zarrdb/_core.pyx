@@ -915,14 +915,14 @@ cdef class Database:
                     size = sqlite3_column_int64(locate, 1)
                     if sqlite3_column_type(locate, 1) == SQLITE_NULL:
                         rc = _NULL_VALUE
-                if rc != SQLITE_ROW:
+                if rc == SQLITE_DONE or rc == _NULL_VALUE:
                     sqlite3_reset(locate)
             if rc == SQLITE_DONE:
                 return None
             if rc == _NULL_VALUE:
                 raise self._null_value_error(key)
-            if rc != SQLITE_ROW:
-                raise self._error(rc, f"cannot read {key!r}")
+            if rc != SQLITE_ROW:  # the error built while SQLite's message is still the step's
+                self._raise(rc, locate, f"cannot read {key!r}")
             if size > self._file_bytes:
                 self._check_claim(size, f"the value of {key!r}", locate)
             if s < 0:

@@ -149,7 +149,6 @@ class Reads:
             return await asyncio.to_thread(
                 self.get_sync, key, prototype=prototype, byte_range=byte_range
             )
-        db = conns.reader()
         if byte_range is None:
             if self._large_values:
                 # The last value read was large, and so is the next, most likely (the chunks of
@@ -158,7 +157,7 @@ class Reads:
                 if data is not None and len(data) <= INLINE_READ_MAX:
                     self._large_values = False
             else:
-                found = db.get_limited(key, INLINE_READ_MAX)
+                found = conns.reader().get_limited(key, INLINE_READ_MAX)
                 if isinstance(found, int):  # its length: larger than the inline bound
                     self._large_values = True
                     data = await asyncio.to_thread(self._get_in_thread, key)
@@ -169,7 +168,7 @@ class Reads:
             if length is not None and length > INLINE_RANGE_MAX:
                 data = await asyncio.to_thread(self._get_range_in_thread, key, start, length)
             else:
-                data = db.get_range(key, start, length)
+                data = conns.reader().get_range(key, start, length)
         return None if data is None else _as_buffer(prototype, data)
 
     def _get_in_thread(self, key: str) -> bytes | None:
