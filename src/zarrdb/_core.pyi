@@ -188,6 +188,8 @@ class Submission:
 
     def error(self) -> BaseException | None:
         """The exception for a failed submission (None if it succeeded or is not done)."""
+    def error_at(self, index: int) -> BaseException | None:
+        """As error(), for the caller of operation `index` of an event loop's burst."""
 
 @disjoint_base
 class Port:

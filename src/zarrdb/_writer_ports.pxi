@@ -94,8 +94,25 @@ cdef class Submission:
         message = s.errmsg.decode("utf-8", "replace") if s.errmsg != NULL else ""
         return _write_error(self.writer, s.rc, s.xrc, message, key)
 
+    def error_at(self, Py_ssize_t index):
+        """As error(), for the caller of operation `index` (an event loop's burst of small
+        writes is one submission of many callers' operations): the error names that
+        operation's key, and the key that failed if it is another one."""
+        cdef WSub* s = self.sub
+        if zt_load_acquire(&s.state) != SUB_DONE or s.rc == SQLITE_OK:
+            return None
+        if not 0 <= index < len(self.names):
+            return self.error()
+        key = self.names[index]
+        message = s.errmsg.decode("utf-8", "replace") if s.errmsg != NULL else ""
+        note = None
+        if 0 <= s.failed < len(self.names) and s.failed != index:
+            note = (f"it was queued in one submission with the write of {self.names[s.failed]!r}, "
+                    "which failed; none of that submission was stored")
+        return _write_error(self.writer, s.rc, s.xrc, message, key, note)
 
-cdef object _write_error(Writer writer, int rc, int xrc, str message, object key):
+
+cdef object _write_error(Writer writer, int rc, int xrc, str message, object key, str note=None):
     """The exception for a write that failed with `rc` (SQLite's or one of the W_ERR_ codes)."""
     path = writer.path
     if rc == W_ERR_CLOSED:
@@ -115,6 +132,8 @@ cdef object _write_error(Writer writer, int rc, int xrc, str message, object key
         message = sqlite3_errstr(SQLITE_NOMEM).decode("utf-8", "replace")
     if (rc & 0xFF) in (SQLITE_BUSY, SQLITE_LOCKED):
         context += f": gave up after waiting {writer.busy_timeout:g} s for a lock"
+    if note is not None:
+        context += f" ({note})"
     return _errors.sqlite_error(rc, xrc, message, filename=path, context=context)
 
 

@@ -47,6 +47,14 @@ GROUP_COMMIT_MAX_AGE = 2e-3
 # or when the loop's turn ends (its flush()): a burst of small writes costs one wake-up instead of
 # one each, and large ones start at once (0: every write wakes it).
 WAKE_WRITER_BYTES = 256 * 1024
+# Small writes from an event loop in one turn of it (zarr's gathered chunk writes, one task per
+# chunk) go to the writer as one submission when the turn ends: one queue entry, one completion
+# and one lock round instead of one each. A write of a value larger than BURST_VALUE_MAX, or
+# another kind of write, or one inside an explicit transaction, is queued at once on its own
+# (after the turn's burst so far, which keeps their order); a burst is queued early once it
+# holds BURST_MAX_BYTES.
+BURST_VALUE_MAX = 64 * 1024
+BURST_MAX_BYTES = 1024 * 1024
 # In WAL mode a checkpointer thread with its own connection copies the write-ahead log into the
 # file beside ingest, once the log holds this many pages (SQLite's own automatic checkpoint runs
 # inside a commit, every 1000 pages); a commit waits for it only when the log exceeds the limit.
@@ -58,7 +66,8 @@ WAL_LIMIT_PAGES = 1024
 # and is copied into the file by a checkpoint. A rollback journal syncs twice at every commit,
 # though, which a stream of small commits (zarr writing small chunks one cohort at a time) pays
 # dearly for; after this many commits in a row of less than AUTO_SMALL_COMMIT bytes each, the
-# writer switches the file to WAL mode for good (benchmarks/ingest.py).
+# writer switches the file to WAL mode for good ("Rollback journal or WAL" in
+# docs/guide/writes.md).
 AUTO_WAL_AFTER = 8
 AUTO_SMALL_COMMIT = 512 * 1024
 _SYNCHRONOUS = {"off": 0, "normal": 1, "full": 2}
@@ -114,6 +123,8 @@ class Writing:
         everything queued so far is written) and given back when `fn` returns or raises. Not a
         context manager: Ctrl-C or SIGTERM as a compiled `__enter__` returns would skip
         `__exit__` on CPython 3.14 and keep the connection for good (see Writer.call_holding)."""
+        if self.watches:
+            self.queue_bursts_here()
         return self.writer.call_holding(fn, drain)
 
     def in_transaction(self) -> bool:
@@ -126,6 +137,8 @@ class Writing:
         """Queue `ops` and return once they are committed; raises the write's error. While an
         explicit transaction is open, returns once they are queued: they are the
         transaction's, committed or rolled back with it."""
+        if self.watches:
+            self.queue_bursts_here()
         self.writer.write(ops)
 
     async def write_async(self, ops: Sequence[Op]) -> None:
@@ -134,6 +147,31 @@ class Writing:
         watch = self.watches.get(id(loop))
         if watch is None or watch.loop() is not loop:
             watch = self._watch(loop)
+        if len(ops) == 1 and not self.writer.in_transaction:
+            kind, _, value = op = ops[0]
+            nbytes = 0 if value is None else getattr(value, "nbytes", BURST_VALUE_MAX + 1)
+            if nbytes <= BURST_VALUE_MAX and (kind == "set" or kind == "delete"):
+                # Joins this turn's burst (see BURST_VALUE_MAX), inline: a coroutine more
+                # per write would cost as much as the burst saves.
+                burst = watch.burst
+                if burst is None:
+                    burst = watch.burst = _Burst()
+                    watch.hint(loop)  # the turn's end queues it
+                index = len(burst.ops)
+                burst.ops.append(op)
+                future = loop.create_future()
+                burst.futures.append(future)
+                burst.nbytes += nbytes
+                if burst.nbytes >= BURST_MAX_BYTES:
+                    watch.queue_burst()
+                done = await future
+                if done is not None:
+                    err = done.error_at(index)
+                    if err is not None:
+                        raise err
+                return
+        if watch.burst is not None:
+            watch.queue_burst()  # first what this turn queued before
         sub = self.writer.submit(ops, port=watch.port, block=False)
         if sub is None:
             # The queue is full (or a transaction is opening): wait in a worker thread, not on
@@ -153,6 +191,15 @@ class Writing:
                 raise err
             return
         await future
+
+    def queue_bursts_here(self) -> None:
+        """Queue the burst of the event loop running in this thread, if it has one (before a
+        write or a transaction that must come after it)."""
+        loop = asyncio._get_running_loop()
+        if loop is not None:
+            watch = self.watches.get(id(loop))
+            if watch is not None and watch.burst is not None and watch.loop() is loop:
+                watch.queue_burst()
 
     def _watch(self, loop: asyncio.AbstractEventLoop) -> _LoopWatch:
         with self.watches_lock:
@@ -175,7 +222,10 @@ class Writing:
 
     def close(self) -> None:
         """Commit everything queued and stop the writer (the Database is then Python's);
-        settle what the ports still hold."""
+        settle what the ports still hold. (A burst of another thread's event loop that is
+        not queued yet fails with ClosedError when that loop queues it.)"""
+        if self.watches:
+            self.queue_bursts_here()
         self.writer.close()
         with self.watches_lock:
             for watch in self.watches.values():
@@ -193,6 +243,7 @@ class _LoopWatch:
         self.writer = writer
         self.loop = weakref.ref(loop)
         self.hint_due = False
+        self.burst: _Burst | None = None  # this turn's small writes, not queued yet
         self.waker: threading.Thread | None = None
         self.drained = threading.Event()
         self.stopped = False
@@ -220,7 +271,50 @@ class _LoopWatch:
 
     def _flush(self) -> None:
         self.hint_due = False
+        if self.burst is not None:
+            self.queue_burst()
         self.writer.flush()
+
+    def queue_burst(self) -> None:
+        """Queue this turn's burst as one submission (on the loop's thread)."""
+        burst, self.burst = self.burst, None
+        if burst is None:
+            return
+        try:
+            sub = self.writer.submit(burst.ops, port=self.port, block=False)
+        except BaseException as exc:  # noqa: BLE001 - e.g. ClosedError: every waiter gets it
+            _fail(burst.futures, exc)
+            return
+        if sub is None:
+            # The queue is full (or a transaction is opening): wait in a worker thread.
+            loop = self.loop()
+            if loop is None:
+                return
+            loop.create_task(self._queue_later(burst))
+            return
+        self._attach(sub, burst.futures)
+
+    async def _queue_later(self, burst: _Burst) -> None:
+        try:
+            sub = await asyncio.to_thread(self.writer.submit, burst.ops, port=self.port)
+        except BaseException as exc:  # noqa: BLE001
+            _fail(burst.futures, exc)
+            return
+        self._attach(sub, burst.futures)
+
+    @staticmethod
+    def _attach(sub: Any, futures: list[asyncio.Future[Any]]) -> None:
+        sub.future = futures
+        if sub.joined:
+            # It joined an explicit transaction that opened meanwhile: its writes are the
+            # transaction's, as any write queued while one is open.
+            for future in futures:
+                if not future.done():
+                    future.set_result(None)
+        elif sub.done:
+            # Finished already, and drained before its futures were attached (by close()
+            # from another thread): no settle may come for it.
+            _settle([sub])
 
     def settle(self) -> None:
         """Settle the futures of every finished submission (on the loop's thread)."""
@@ -288,12 +382,37 @@ class _LoopWatch:
             loop.remove_reader(self.port.fileno())
 
 
+class _Burst:
+    """An event loop's small writes of one turn, and the future of each writer."""
+
+    __slots__ = ("ops", "futures", "nbytes")
+
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+        self.futures: list[asyncio.Future[Any]] = []
+        self.nbytes = 0
+
+
+def _fail(futures: list[asyncio.Future[Any]], exc: BaseException) -> None:
+    for future in futures:
+        with contextlib.suppress(Exception):  # e.g. its loop is closed
+            if not future.done():
+                future.set_exception(exc)
+
+
 def _settle(subs: list[Any]) -> None:
     """Settle the futures of finished submissions, on their loop's thread; one caller's failure
-    to take its result (a cancelled task, a closed loop) never strands another."""
+    to take its result (a cancelled task, a closed loop) never strands another. A burst's
+    futures (a list) get the submission, and each caller takes its own error from it."""
     for sub in subs:
         future = sub.future
         if future is None:
+            continue
+        if type(future) is list:
+            for each in future:
+                with contextlib.suppress(Exception):  # e.g. its loop is closed
+                    if not each.done():
+                        each.set_result(sub)
             continue
         try:
             if future.done():
@@ -363,7 +482,10 @@ class Transaction(Generic[S]):
         self.levels: list[_Level] = []
 
     def _level(self) -> _Level:
-        return _Level(self.writing().writer)
+        writing = self.writing()
+        if writing.watches:
+            writing.queue_bursts_here()  # the loop's writes before the block are not its own
+        return _Level(writing.writer)
 
     def _forget(self, level: _Level) -> None:
         """Roll back `level` if it opened, and drop it (its __enter__ failed or was
