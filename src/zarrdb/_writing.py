@@ -16,6 +16,7 @@ the write is queued, and marks the transaction's start and end the same way (see
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import threading
 import weakref
@@ -172,6 +173,8 @@ class Writing:
                 return
         if watch.burst is not None:
             watch.queue_burst()  # first what this turn queued before
+        if watch.backlog and watch.backlog_task is not None:
+            await asyncio.shield(watch.backlog_task)  # and the bursts waiting for room
         sub = self.writer.submit(ops, port=watch.port, block=False)
         if sub is None:
             # The queue is full (or a transaction is opening): wait in a worker thread, not on
@@ -244,6 +247,9 @@ class _LoopWatch:
         self.loop = weakref.ref(loop)
         self.hint_due = False
         self.burst: _Burst | None = None  # this turn's small writes, not queued yet
+        # Bursts waiting for room in the queue, in order, and the task queueing them.
+        self.backlog: collections.deque[_Burst] = collections.deque()
+        self.backlog_task: asyncio.Task[None] | None = None
         self.waker: threading.Thread | None = None
         self.drained = threading.Event()
         self.stopped = False
@@ -280,27 +286,40 @@ class _LoopWatch:
         burst, self.burst = self.burst, None
         if burst is None:
             return
+        if self.backlog:
+            self.backlog.append(burst)  # after the bursts waiting for room: in order
+            return
         try:
             sub = self.writer.submit(burst.ops, port=self.port, block=False)
-        except BaseException as exc:  # noqa: BLE001 - e.g. ClosedError: every waiter gets it
+        except BaseException as exc:  # e.g. ClosedError: every waiter gets it
             _fail(burst.futures, exc)
-            return
-        if sub is None:
-            # The queue is full (or a transaction is opening): wait in a worker thread.
-            loop = self.loop()
-            if loop is None:
+            if isinstance(exc, Exception):
                 return
-            loop.create_task(self._queue_later(burst))
+            raise  # Ctrl-C, SystemExit: the loop's to stop
+        if sub is not None:
+            self._attach(sub, burst.futures)
             return
-        self._attach(sub, burst.futures)
+        # The queue is full (or a transaction is opening): wait for room in a worker thread,
+        # this burst and the ones after it, one by one.
+        loop = self.loop()
+        if loop is not None:
+            self.backlog.append(burst)
+            self.backlog_task = loop.create_task(self._queue_backlog())
 
-    async def _queue_later(self, burst: _Burst) -> None:
-        try:
-            sub = await asyncio.to_thread(self.writer.submit, burst.ops, port=self.port)
-        except BaseException as exc:  # noqa: BLE001
-            _fail(burst.futures, exc)
-            return
-        self._attach(sub, burst.futures)
+    async def _queue_backlog(self) -> None:
+        while self.backlog:
+            burst = self.backlog[0]
+            try:
+                sub = await asyncio.to_thread(self.writer.submit, burst.ops, port=self.port)
+            except BaseException as exc:  # the waiters get it, whatever it is
+                for each in self.backlog:
+                    _fail(each.futures, exc)
+                self.backlog.clear()
+                if isinstance(exc, Exception):
+                    return
+                raise
+            self.backlog.popleft()
+            self._attach(sub, burst.futures)
 
     @staticmethod
     def _attach(sub: Any, futures: list[asyncio.Future[Any]]) -> None:

@@ -164,7 +164,8 @@ async def test_a_burst_that_finds_the_queue_full_waits_for_room(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """A burst is queued early once it holds BURST_MAX_BYTES; while another process holds the
-    lock, the first fills the queue, and the next ones wait for room in a worker thread."""
+    lock, the first fills the queue, and the next ones wait for room in a worker thread, one
+    after the other."""
     monkeypatch.setattr(_writing, "QUEUE_MAX_BYTES", _writing.BURST_MAX_BYTES)
     path = tmp_path / "room.zarrdb"
     store = SQLiteStore(path)
@@ -172,16 +173,20 @@ async def test_a_burst_that_finds_the_queue_full_waits_for_room(
     try:
         await store.set("first", value(0))
         holder = LockHolder(path)
-        n = 3 * _writing.BURST_MAX_BYTES // size
-        writes = asyncio.gather(*(store.set(f"k/{i}", value(i, size)) for i in range(n)))
+        n = 3 * _writing.BURST_MAX_BYTES // size  # three bursts
+        keys = [f"k/{i}" for i in range(n)]
+        keys[n // 2] = keys[n - 1] = "same"  # in the second burst and in the third
+        writes = asyncio.gather(*(store.set(key, value(i, size)) for i, key in enumerate(keys)))
         await asyncio.sleep(0.2)
         assert not writes.done()
         queued = store._session.writing().writer.stats()["queued_bytes"]
         assert queued < 2 * _writing.BURST_MAX_BYTES  # one burst (values and keys)
         holder.let_go()
         await writes
-        for i in (0, n // 2, n - 1):
+        for i in (0, n // 2 - 1, n - 2):
             assert await stored(store, f"k/{i}") == value(i, size).to_bytes()
+        # The bursts that waited for room were queued in order: the later write stays.
+        assert await stored(store, "same") == value(n - 1, size).to_bytes()
     finally:
         store.close()
 
