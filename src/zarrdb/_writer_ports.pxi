@@ -87,12 +87,7 @@ cdef class Submission:
 
     def error(self):
         """The exception for a failed submission (None if it succeeded or is not done)."""
-        cdef WSub* s = self.sub
-        if zt_load_acquire(&s.state) != SUB_DONE or s.rc == SQLITE_OK:
-            return None
-        key = self.names[s.failed] if 0 <= s.failed < len(self.names) else self.names[0]
-        message = s.errmsg.decode("utf-8", "replace") if s.errmsg != NULL else ""
-        return _write_error(self.writer, s.rc, s.xrc, message, key)
+        return self.error_at(self.sub.failed if 0 <= self.sub.failed < len(self.names) else 0)
 
     def error_at(self, Py_ssize_t index):
         """As error(), for the caller of operation `index` (an event loop's burst of small
@@ -101,9 +96,7 @@ cdef class Submission:
         cdef WSub* s = self.sub
         if zt_load_acquire(&s.state) != SUB_DONE or s.rc == SQLITE_OK:
             return None
-        if not 0 <= index < len(self.names):
-            return self.error()
-        key = self.names[index]
+        key = self.names[index] if 0 <= index < len(self.names) else self.names[0]
         message = s.errmsg.decode("utf-8", "replace") if s.errmsg != NULL else ""
         note = None
         if 0 <= s.failed < len(self.names) and s.failed != index:

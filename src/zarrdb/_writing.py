@@ -124,8 +124,7 @@ class Writing:
         everything queued so far is written) and given back when `fn` returns or raises. Not a
         context manager: Ctrl-C or SIGTERM as a compiled `__enter__` returns would skip
         `__exit__` on CPython 3.14 and keep the connection for good (see Writer.call_holding)."""
-        if self.watches:
-            self.queue_bursts_here()
+        self.queue_bursts_here()
         return self.writer.call_holding(fn, drain)
 
     def in_transaction(self) -> bool:
@@ -138,8 +137,7 @@ class Writing:
         """Queue `ops` and return once they are committed; raises the write's error. While an
         explicit transaction is open, returns once they are queued: they are the
         transaction's, committed or rolled back with it."""
-        if self.watches:
-            self.queue_bursts_here()
+        self.queue_bursts_here()
         self.writer.write(ops)
 
     async def write_async(self, ops: Sequence[Op]) -> None:
@@ -198,6 +196,8 @@ class Writing:
     def queue_bursts_here(self) -> None:
         """Queue the burst of the event loop running in this thread, if it has one (before a
         write or a transaction that must come after it)."""
+        if not self.watches:  # no event loop has written through this store
+            return
         loop = asyncio._get_running_loop()
         if loop is not None:
             watch = self.watches.get(id(loop))
@@ -227,8 +227,7 @@ class Writing:
         """Commit everything queued and stop the writer (the Database is then Python's);
         settle what the ports still hold. (A burst of another thread's event loop that is
         not queued yet fails with ClosedError when that loop queues it.)"""
-        if self.watches:
-            self.queue_bursts_here()
+        self.queue_bursts_here()
         self.writer.close()
         with self.watches_lock:
             for watch in self.watches.values():
@@ -292,7 +291,7 @@ class _LoopWatch:
         try:
             sub = self.writer.submit(burst.ops, port=self.port, block=False)
         except BaseException as exc:  # e.g. ClosedError: every waiter gets it
-            _fail(burst.futures, exc)
+            _settle_each(burst.futures, exc)
             if isinstance(exc, Exception):
                 return
             raise  # Ctrl-C, SystemExit: the loop's to stop
@@ -313,7 +312,7 @@ class _LoopWatch:
                 sub = await asyncio.to_thread(self.writer.submit, burst.ops, port=self.port)
             except BaseException as exc:  # the waiters get it, whatever it is
                 for each in self.backlog:
-                    _fail(each.futures, exc)
+                    _settle_each(each.futures, exc)
                 self.backlog.clear()
                 if isinstance(exc, Exception):
                     return
@@ -326,10 +325,8 @@ class _LoopWatch:
         sub.future = futures
         if sub.joined:
             # It joined an explicit transaction that opened meanwhile: its writes are the
-            # transaction's, as any write queued while one is open.
-            for future in futures:
-                if not future.done():
-                    future.set_result(None)
+            # transaction's, as any write queued while one is open; its callers return now.
+            _settle_each(futures, None)
         elif sub.done:
             # Finished already, and drained before its futures were attached (by close()
             # from another thread): no settle may come for it.
@@ -412,11 +409,16 @@ class _Burst:
         self.nbytes = 0
 
 
-def _fail(futures: list[asyncio.Future[Any]], exc: BaseException) -> None:
+def _settle_each(futures: list[asyncio.Future[Any]], result: Any) -> None:
+    """Give each of a burst's futures `result` (a failure: an exception)."""
     for future in futures:
         with contextlib.suppress(Exception):  # e.g. its loop is closed
             if not future.done():
-                future.set_exception(exc)
+                if isinstance(result, BaseException):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+
 
 
 def _settle(subs: list[Any]) -> None:
@@ -428,10 +430,7 @@ def _settle(subs: list[Any]) -> None:
         if future is None:
             continue
         if type(future) is list:
-            for each in future:
-                with contextlib.suppress(Exception):  # e.g. its loop is closed
-                    if not each.done():
-                        each.set_result(sub)
+            _settle_each(future, sub)
             continue
         try:
             if future.done():
@@ -502,8 +501,7 @@ class Transaction(Generic[S]):
 
     def _level(self) -> _Level:
         writing = self.writing()
-        if writing.watches:
-            writing.queue_bursts_here()  # the loop's writes before the block are not its own
+        writing.queue_bursts_here()  # the loop's writes before the block are not its own
         return _Level(writing.writer)
 
     def _forget(self, level: _Level) -> None:
