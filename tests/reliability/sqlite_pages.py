@@ -107,6 +107,9 @@ class _Reader:
         self.data = data
         raw_size = int.from_bytes(data[16:18], "big")
         self.page_size = 65536 if raw_size == 1 else raw_size
+        if self.page_size < 512 or self.page_size & (self.page_size - 1):
+            # (an earlier mutation of the header, say)
+            raise FormatError(f"the header's page size {raw_size} is not a power of two >= 512")
         self.usable = self.page_size - data[20]
         self.page_count = len(data) // self.page_size
         self.pages: dict[int, Page] = {}
