@@ -405,9 +405,9 @@ def check(children, tmp_path, durability, journal, count, capsys) -> Summary:
         # six falls after the switch, so 17 cuts hold none about once in a hundred runs: the
         # trials numbered after them run too until both phases are there (four times as
         # many at most).
-        while not (summary.phases["rollback"] and summary.phases["wal"]):
-            if summary.trials >= 5 * count:
-                break
+        while summary.trials < 5 * count and not (
+            summary.phases["rollback"] and summary.phases["wal"]
+        ):
             summary.add(run_trials(children, tmp_path, durability, journal, count,
                                    first=summary.trials))
     report(summary, durability, journal, capsys)
