@@ -21,9 +21,11 @@ Sections:
               shards at once (asyncio.gather), from a warm OS page cache.
     gathered  `store.set` of 1 KiB values, 100 at a time under asyncio.gather, against
               MemoryStore: 2,000 of them into a new file ("new file": the default journal
-              starts as a rollback journal), then the median of 3 x 2,000 more. The kinds
-              ending in "-single" queue each write on its own, as before bursts (see
-              _writing.BURST_VALUE_MAX).
+              starts as a rollback journal; the file is opened first, untimed), then the
+              median of 3 x 2,000 more. The kinds ending in "-single" queue each write on
+              its own, as before bursts (see _writing.BURST_VALUE_MAX); "-whole" queues a
+              turn's burst only when the turn ends, as before bursts were queued early (see
+              _writing.BURST_MAX_BYTES).
 
 Method: `sync` before each timed run; stores run round-robin within each repetition (odd
 repetitions in reverse), so a slow spell of the shared machine hits all of them. The page cache
@@ -230,27 +232,37 @@ def gathered(args: argparse.Namespace, root: Path, out: list[dict[str, Any]], re
     from zarrdb import _writing
 
     value = default_buffer_prototype().buffer.from_bytes(os.urandom(1024))
-    kinds = ["zarrdb", "zarrdb-single", "zarrdb-wal", "zarrdb-wal-single", "memory"]
-    burst_value_max = _writing.BURST_VALUE_MAX
+    kinds = ["zarrdb", "zarrdb-whole", "zarrdb-single", "zarrdb-wal", "memory"]
+    defaults = {name: getattr(_writing, name)
+                for name in ("BURST_VALUE_MAX", "BURST_MAX_BYTES", "WAKE_WRITER_BYTES")}
+    variants = {"single": {"BURST_VALUE_MAX": -1},
+                "whole": {"BURST_MAX_BYTES": 1 << 20, "WAKE_WRITER_BYTES": 256 << 10}}
     for kind in kinds if rep % 2 == 0 else kinds[::-1]:
         path = root / "gathered.zarrdb"
         remove(path)
-        _writing.BURST_VALUE_MAX = -1 if kind.endswith("-single") else burst_value_max
-        store = make_store(kind.removesuffix("-single"), path)
+        variant = kind.removeprefix("zarrdb-") if kind.removeprefix("zarrdb-") in variants else ""
+        try:
+            for name, setting in variants.get(variant, {}).items():
+                setattr(_writing, name, setting)
+            store = make_store("zarrdb" if variant else kind, path)
+            if hasattr(store, "_ensure_open"):
+                asyncio.run(store._ensure_open())  # the file made, as a store opened by zarr
 
-        async def writes(store: Any, base: int) -> None:
-            for start in range(0, 2000, 100):
-                await asyncio.gather(*(store.set(f"g/{base}/{i}", value)
-                                       for i in range(start, start + 100)))
+            async def writes(store: Any, base: int) -> None:
+                for start in range(0, 2000, 100):
+                    await asyncio.gather(*(store.set(f"g/{base}/{i}", value)
+                                           for i in range(start, start + 100)))
 
-        times = []
-        for n in range(4):
-            started = time.perf_counter()
-            asyncio.run(writes(store, n))  # new keys each time
-            times.append(time.perf_counter() - started)
-        close(store)
+            times = []
+            for n in range(4):
+                started = time.perf_counter()
+                asyncio.run(writes(store, n))  # new keys each time
+                times.append(time.perf_counter() - started)
+            close(store)
+        finally:
+            for name, setting in defaults.items():
+                setattr(_writing, name, setting)
         remove(path)
-        _writing.BURST_VALUE_MAX = burst_value_max
         emit(out, args, workload="gathered set 1KiB x100, new file", store=kind, rep=rep,
              seconds=times[0])
         emit(out, args, workload="gathered set 1KiB x100", store=kind, rep=rep,

@@ -34,13 +34,22 @@ async def test_a_turn_of_small_writes_is_one_submission(tmp_path: Path) -> None:
     try:
         await store.set("first", value(0))  # opens the file and its writer
         writer = store._session.writing().writer
+        n = _writing.BURST_MAX_BYTES // 1024 // 2  # a burst holds them all
         before = writer.stats()["submissions"]
         for round_ in range(3):
-            await asyncio.gather(*(store.set(f"r{round_}/{i}", value(i)) for i in range(100)))
+            await asyncio.gather(*(store.set(f"r{round_}/{i}", value(i)) for i in range(n)))
         assert writer.stats()["submissions"] - before == 3
         for round_ in range(3):
-            for i in (0, 57, 99):
+            for i in (0, n // 2, n - 1):
                 assert await stored(store, f"r{round_}/{i}") == value(i).to_bytes()
+        # A turn of more: a burst is queued each time one holds BURST_MAX_BYTES (the writer
+        # starts on it while the turn goes on), the rest when the turn ends.
+        n = 5 * n + 1
+        before = writer.stats()["submissions"]
+        await asyncio.gather(*(store.set(f"more/{i}", value(i)) for i in range(n)))
+        assert writer.stats()["submissions"] - before == 3
+        for i in (0, n // 2, n - 1):
+            assert await stored(store, f"more/{i}") == value(i).to_bytes()
     finally:
         store.close()
 
@@ -169,7 +178,7 @@ async def test_a_burst_that_finds_the_queue_full_waits_for_room(
     monkeypatch.setattr(_writing, "QUEUE_MAX_BYTES", _writing.BURST_MAX_BYTES)
     path = tmp_path / "room.zarrdb"
     store = SQLiteStore(path)
-    size = _writing.BURST_VALUE_MAX
+    size = _writing.BURST_MAX_BYTES // 4  # four values a burst
     try:
         await store.set("first", value(0))
         holder = LockHolder(path)
