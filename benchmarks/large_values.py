@@ -240,7 +240,9 @@ def gathered(args: argparse.Namespace, root: Path, out: list[dict[str, Any]], re
     for kind in kinds if rep % 2 == 0 else kinds[::-1]:
         path = root / "gathered.zarrdb"
         remove(path)
-        variant = kind.removeprefix("zarrdb-") if kind.removeprefix("zarrdb-") in variants else ""
+        variant = kind.removeprefix("zarrdb-")
+        if variant not in variants:
+            variant = ""
         try:
             for name, setting in variants.get(variant, {}).items():
                 setattr(_writing, name, setting)
