@@ -421,39 +421,35 @@ def _settle_each(futures: list[asyncio.Future[Any]], result: Any) -> None:
         else:  # each error names its caller's key
             errors = [result.error_at(index) for index in range(len(futures))]
     for index, future in enumerate(futures):
-        outcome = result if errors is None else errors[index]
-        try:
-            if future.done():  # its caller was cancelled
-                continue
-            if outcome is None:
-                future.set_result(None)
-            else:
-                future.set_exception(outcome)
-        except Exception:  # noqa: BLE001 - e.g. its loop is closed: not the others' concern
-            pass
+        _resolve(future, result if errors is None else errors[index])
+
+
+def _resolve(future: asyncio.Future[Any], outcome: BaseException | None) -> None:
+    """Give a caller's future its outcome (an exception, or None: done), unless its caller was
+    cancelled; a failure here (e.g. its loop is closed) is nobody else's concern."""
+    try:
+        if future.done():
+            return
+        if outcome is None:
+            future.set_result(None)
+        else:
+            future.set_exception(outcome)
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _settle(subs: list[Any]) -> None:
     """Settle the futures of finished submissions, on their loop's thread; one caller's failure
     to take its result (a cancelled task, a closed loop) never strands another. A burst's
-    futures (a list) get the submission, and each caller takes its own error from it."""
+    futures (a list) each get the error of their own write, if the burst failed."""
     for sub in subs:
         future = sub.future
         if future is None:
             continue
         if type(future) is list:
             _settle_each(future, sub)
-            continue
-        try:
-            if future.done():
-                continue
-            err = sub.error()
-            if err is None:
-                future.set_result(None)
-            else:
-                future.set_exception(err)
-        except Exception:  # noqa: BLE001 - e.g. the future's loop is closed
-            pass
+        elif not future.done():
+            _resolve(future, sub.error())
 
 
 class _Level:
