@@ -242,13 +242,24 @@ def _close_store_with(obj: Any, store: SQLiteStore) -> None:
     """Make closing `obj` (a Dataset or a DataTree node) close `store` after what closing it
     did before. xarray keeps that closer in `_close`, and reads it there itself to hand it on
     (to the dask-backed dataset `chunks=` makes, to the nodes of a tree)."""
-    before: Callable[[], None] | None = getattr(obj, "_close", None)
+    obj.set_close(_StoreCloser(getattr(obj, "_close", None), store).close)
 
-    def close() -> None:
+
+class _StoreCloser:
+    """The closer of a dataset read from an owned store: a bound method of this, not a local
+    function, because a dataset pickles with its closer (multiprocessing, a process pool), as
+    one from xarray's own backends does. Both parts pickle: xarray's closer is a bound method
+    of its own, and the store pickles as its path and options and reopens when first used."""
+
+    __slots__ = ("before", "store")
+
+    def __init__(self, before: Callable[[], None] | None, store: SQLiteStore) -> None:
+        self.before = before
+        self.store = store
+
+    def close(self) -> None:
         try:
-            if before is not None:
-                before()
+            if self.before is not None:
+                self.before()
         finally:
-            store.close()
-
-    obj.set_close(close)
+            self.store.close()

@@ -4,15 +4,20 @@ loaded (dask) datasets, closing, errors, and URLs on the real S3 (moto) and HTTP
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import pickle
 import sqlite3
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import pytest
 
 from zarrdb import SQLiteStore, errors
 from zarrdb._open_files import open_in_this_process
+
+from . import _spawn_child
 
 xr = pytest.importorskip("xarray", reason="xarray is not installed (pip install 'zarrdb[dask]')")
 pd = pytest.importorskip("pandas", reason="pandas (an xarray dependency) is not installed")
@@ -142,6 +147,41 @@ def test_open_datatree_and_open_groups(weather):
     assert_same(groups["/"], dataset())
     for ds in groups.values():
         ds.close()
+    assert_closed(weather)
+
+
+def test_a_dataset_opened_by_name_pickles_and_reads_again(weather):
+    """multiprocessing and process pools send a dataset with the standard pickle, its closer
+    included; the copy reopens the file and closing it closes that store."""
+    with xr.open_dataset(weather) as ds:
+        copy = pickle.loads(pickle.dumps(ds))
+    assert_same(copy, dataset())
+    copy.close()
+    with xr.open_dataset(weather, chunks={}) as lazy:
+        copy = pickle.loads(pickle.dumps(lazy))
+    assert type(copy.temperature.data).__module__.startswith("dask")
+    assert_same(copy, dataset())
+    copy.close()
+    assert_closed(weather)
+
+
+def test_a_datatree_opened_by_name_pickles(weather):
+    with xr.open_datatree(weather) as tree:
+        copy = pickle.loads(pickle.dumps(tree))
+    xr.testing.assert_identical(copy["sub"].to_dataset().load(), dataset(2.0))
+    copy.close()
+    assert_closed(weather)
+
+
+def test_a_process_pool_task_receives_a_dataset_and_computes(weather):
+    with (
+        xr.open_dataset(weather) as ds,
+        ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool,
+    ):
+        pid, mean, names = pool.submit(_spawn_child.dataset_mean, ds, "temperature").result(60)
+    assert pid != os.getpid()
+    assert mean == pytest.approx(float(TEMPERATURE.astype("f8").mean()), rel=1e-6)
+    assert names == sorted(dataset().variables)
     assert_closed(weather)
 
 
