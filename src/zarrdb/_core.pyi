@@ -73,6 +73,9 @@ class Database:
     def in_transaction(self) -> bool: ...
     @property
     def busy_timeout(self) -> float: ...
+    def note_lock_waits(self) -> None:
+        """Log the waits for locks this connection's writer thread made since the last ones
+        logged (read without the lock: the writer thread counts them without the GIL)."""
     def interrupt(self) -> None:
         """Make the statement another thread is running on this connection stop at once (it
         raises OperationInterruptedError); callable from any thread."""

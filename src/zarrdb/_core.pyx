@@ -28,7 +28,7 @@ from libc.string cimport memchr, memcmp, memcpy, memset
 from zarrdb._sqlite3 cimport *
 from zarrdb._zthreads cimport *
 
-from zarrdb import _format, errors as _errors
+from zarrdb import _format, _log, errors as _errors
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
@@ -192,6 +192,10 @@ def _file_uri(path, immutable):
 cdef struct BusyWait:
     int64_t timeout_us
     int64_t started_us
+    # Counted here, in whatever thread waits (the writer's never holds the GIL), and logged
+    # from Python afterwards (Database._note_lock_waits): waits begun, microseconds slept.
+    int64_t waits
+    int64_t slept_us
 
 
 cdef int _busy_wait(void* arg, int count) noexcept nogil:
@@ -202,12 +206,14 @@ cdef int _busy_wait(void* arg, int count) noexcept nogil:
     cdef sqlite3_vfs* vfs
     if count == 0:
         wait.started_us = now
+        wait.waits += 1
     left = wait.timeout_us - (now - wait.started_us)
     if left <= 0:
         return 0  # give up: the caller gets SQLITE_BUSY
     delay = 50 if count < 20 else (250 if count < 100 else 2000)
     if delay > left:
         delay = left
+    wait.slept_us += delay
     vfs = sqlite3_vfs_find(NULL)
     vfs.xSleep(vfs, <int>delay)
     return 1
@@ -273,6 +279,8 @@ cdef class Database:
     cdef readonly bint readonly
     cdef double _busy_timeout
     cdef BusyWait _busy
+    cdef int64_t _waits_noted  # _busy's waits and sleep already logged
+    cdef int64_t _slept_noted
     cdef Py_ssize_t _size_guess
     # The file's size in bytes when last asked (0: not yet): a value that claims more makes
     # the connection ask again (_check_claim); one that claims less costs one comparison.
@@ -434,6 +442,26 @@ cdef class Database:
             sqlite3_progress_handler(self.db, 0, NULL, NULL)
             self._watching = False
         self.busy = 0
+        if self._busy.waits != self._waits_noted:
+            self._note_lock_waits()
+
+    cdef void _note_lock_waits(self) noexcept:
+        """Log the waits for another connection's lock since the last ones logged."""
+        cdef int64_t waits = self._busy.waits
+        cdef int64_t slept = self._busy.slept_us
+        if waits == self._waits_noted:
+            return
+        try:
+            _log.lock_waits(self.path, waits - self._waits_noted, (slept - self._slept_noted) / 1e6)
+        except BaseException:
+            pass  # logging's own handlers report their failures; a read or write goes on
+        self._waits_noted = waits
+        self._slept_noted = slept
+
+    def note_lock_waits(self):
+        """Log the waits for locks this connection's writer thread made since the last ones
+        logged (read without the lock: the writer thread counts them without the GIL)."""
+        self._note_lock_waits()
 
     cdef void _watch(self) noexcept:
         """Before a statement that may run long (a scan, an integrity check, VACUUM): if this

@@ -26,6 +26,7 @@ from typing import Any, Generic, TypeVar
 
 from zarrdb import _format
 from zarrdb._core import Database, Port, Writer, _exit_transaction
+from zarrdb._log import WriterEvents
 
 # One group commit takes at most this many bytes (the rest waits for the next): bounds a
 # transaction's size and the pages SQLite keeps for it.
@@ -118,6 +119,9 @@ class Writing:
             vacuum_pages=VACUUM_STEP_PAGES,
             vacuum_min=VACUUM_MIN_PAGES,
         )
+        # What the writer thread records without the GIL (journal switches, failed
+        # checkpoints, lock waits), logged once a commit has settled and at close.
+        self.events = WriterEvents(self.writer, db, db.path)
         self.watches: dict[int, _LoopWatch] = {}  # id(loop) -> its port's watch
         self.watches_lock = threading.Lock()
 
@@ -141,6 +145,7 @@ class Writing:
         transaction's, committed or rolled back with it."""
         self.queue_bursts_here()
         self.writer.write(ops)
+        self.events.report()
 
     def write_async(self, ops: Sequence[Op]) -> Awaitable[None]:
         """As write_sync, for a coroutine to await: the event loop runs on while the writer
@@ -209,7 +214,7 @@ class Writing:
     def _watch(self, loop: asyncio.AbstractEventLoop) -> _LoopWatch:
         with self.watches_lock:
             self._prune_watches()
-            watch = _LoopWatch(self.writer, loop)
+            watch = _LoopWatch(self.writer, loop, self.events)
             self.watches[id(loop)] = watch
         return watch
 
@@ -231,6 +236,7 @@ class Writing:
         not queued yet fails with ClosedError when that loop queues it.)"""
         self.queue_bursts_here()
         self.writer.close()
+        self.events.report()
         with self.watches_lock:
             for watch in self.watches.values():
                 watch.settle_elsewhere()
@@ -242,9 +248,12 @@ class _LoopWatch:
     """One event loop's watch on its writer Port (the engine's): settles the futures of the
     loop's writes as the port reports them."""
 
-    def __init__(self, writer: Writer, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, writer: Writer, loop: asyncio.AbstractEventLoop, events: WriterEvents
+    ) -> None:
         self.port = Port(writer)
         self.writer = writer
+        self.events = events
         self.loop = weakref.ref(loop)
         self.hint_due = False
         self.burst: _Burst | None = None  # this turn's small writes, not queued yet
@@ -338,6 +347,7 @@ class _LoopWatch:
         """Settle the futures of every finished submission (on the loop's thread)."""
         self.drained.set()
         _settle(self.port.drain())
+        self.events.report()
 
     def settle_elsewhere(self) -> None:
         """As settle, from any thread: the buffers are released here, the futures are settled

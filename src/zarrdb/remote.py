@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from zarrdb import errors
+from zarrdb import _log, errors
 from zarrdb._core import RemoteDatabase, RemoteFile
 from zarrdb._remote_location import (  # public here (zarrdb.remote), defined there
     _SQLITE_MAGIC,
@@ -101,6 +101,8 @@ class RemoteObject:
         self._changed = (obstore.exceptions.PreconditionError, FileNotFoundError)
         # Requests in flight for this file at most (the threads of every store reading it).
         self._slots = _Slots(cache.max_requests)
+        # The byte range of the last request that failed, until it is asked for again.
+        self._failed: tuple[int, int] | None = None
         try:
             meta, head = _interruptible(lambda: self._get_range(0, cache.first_read))
         except FileNotFoundError:
@@ -162,6 +164,18 @@ class RemoteObject:
 
     def _fetch(self, offset: int, length: int) -> Any:
         """Bytes [offset, offset + length) of the version opened, or RemoteReadError."""
+        failed = self._failed
+        if failed is not None and offset < failed[1] and failed[0] < offset + length:
+            # obstore's own retries (of transient errors, within the client's timeouts) are
+            # not seen here; this one is zarrdb's: a reader asking again for bytes whose
+            # request failed (its read-ahead, or a read the caller repeats).
+            self._failed = None
+            _log.remote_logger.info(
+                "asking again for bytes %s to %s of %r, whose last request failed",
+                f"{offset:,}",
+                f"{offset + length - 1:,}",
+                self.url,
+            )
         self._slots.acquire()
 
         def request() -> tuple[Mapping[str, Any], Any]:
@@ -179,13 +193,16 @@ class RemoteObject:
         except self._changed as exc:
             raise self._changed_error() from exc
         except Exception as exc:
-            raise request_error(
+            error = request_error(
                 errors.RemoteReadError,
                 f"cannot read bytes {offset:,} to {offset + length - 1:,} of {self.url!r}",
                 exc,
                 self.location,
                 extended_code=266,  # SQLITE_IOERR_READ
-            ) from exc
+            )
+            self._failed = (offset, offset + length)
+            _log.remote_logger.info("a request failed: %s", error)
+            raise error from exc
 
     def _changed_error(self) -> errors.RemoteFileChangedError:
         return errors.RemoteFileChangedError(

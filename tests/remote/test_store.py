@@ -3,6 +3,7 @@ real HTTP server (aiohttp), read through zarr. Requests and bytes are counted by
 
 from __future__ import annotations
 
+import logging
 import pickle
 import sqlite3
 import subprocess
@@ -426,6 +427,27 @@ def test_copies_to_a_local_file(published, hierarchy_file, tmp_path):
         )
         assert local.check() == []
 
+
+def test_a_failed_request_and_the_read_asking_again_are_logged(s3, http, hierarchy_file, caplog):
+    caplog.set_level(logging.INFO, logger="zarrdb.remote")
+    data, arrays = hierarchy_file
+    target = publish("http", s3, http, data)
+    store = target.open(
+        block_cache={"first_read": 16 * KIB, "block_size": 16 * KIB, "min_request": 16 * KIB}
+    )
+    arr = zarr.open_array(store, path="plain", mode="r")
+    assert [r for r in caplog.records if r.name == "zarrdb.remote"] == []
+    http.fail_from_offset = len(data) // 2
+    with pytest.raises(errors.RemoteReadError):
+        arr[:]
+    failed = [r.getMessage() for r in caplog.records if "a request failed" in r.getMessage()]
+    assert failed and "500" in failed[0] and target.url in failed[0]
+    http.fail_from_offset = None
+    np.testing.assert_array_equal(arr[:], arrays["plain"])
+    again = [r.getMessage() for r in caplog.records if r.getMessage().startswith("asking again")]
+    assert again and target.url in again[0]
+    assert {r.levelno for r in caplog.records if r.name == "zarrdb.remote"} == {logging.INFO}
+    store.close()
 
 def test_a_failed_download_leaves_nothing(s3, http, hierarchy_file, tmp_path):
     data, _ = hierarchy_file
