@@ -67,6 +67,51 @@ def test_classifiers_name_exactly_the_supported_pythons():
 
 
 @needs_checkout
+def test_classifiers_name_the_platforms_the_wheels_are_built_for():
+    """One operating-system classifier per platform cibuildwheel builds for, CPython only (the
+    extension uses CPython's C API; the build list has no PyPy), and the typed marker that
+    py.typed promises."""
+    project = _pyproject()["project"]
+    classifiers = set(project["classifiers"])
+    systems = {c for c in classifiers if c.startswith("Operating System :: ")}
+    by_platform = {
+        "linux": "Operating System :: POSIX :: Linux",
+        "macos": "Operating System :: MacOS",
+        "windows": "Operating System :: Microsoft :: Windows",
+    }
+    built = {plat for plat in by_platform if _pyproject()["tool"]["cibuildwheel"][plat]["archs"]}
+    assert systems == {by_platform[plat] for plat in built}
+    implementations = {c for c in classifiers if " :: Implementation :: " in c}
+    assert implementations == {"Programming Language :: Python :: Implementation :: CPython"}
+    assert not any(b.startswith("pp") for b in _pyproject()["tool"]["cibuildwheel"]["build"].split())
+    assert "Typing :: Typed" in classifiers
+    assert (ROOT / "src" / "zarrdb" / "py.typed").is_file()
+
+
+@needs_checkout
+def test_project_urls_lead_to_the_issues_and_the_changelog():
+    urls = _pyproject()["project"]["urls"]
+    site = re.search(r"^site_url: (\S+)$", (ROOT / "mkdocs.yml").read_text(), re.MULTILINE)[1]
+    assert urls["Documentation"] == site
+    assert urls["Issues"] == urls["Source"] + "/issues"
+    assert urls["Changelog"] == site + "changelog/"
+    assert (ROOT / "docs" / "changelog.md").is_file()
+
+
+def test_installed_metadata_carries_the_classifiers_and_urls():
+    """What pip and PyPI show comes from the installed distribution's METADATA, not from
+    pyproject.toml."""
+    metadata = importlib.metadata.metadata("zarrdb")
+    classifiers = metadata.get_all("Classifier") or []
+    assert "Typing :: Typed" in classifiers
+    assert "Programming Language :: Python :: Implementation :: CPython" in classifiers
+    assert sum(c.startswith("Operating System :: ") for c in classifiers) == 3
+    urls = dict(u.split(", ", 1) for u in metadata.get_all("Project-URL") or [])
+    assert set(urls) >= {"Source", "Documentation", "Issues", "Changelog"}
+    assert urls["Issues"].endswith("/issues")
+
+
+@needs_checkout
 def test_cibuildwheel_selects_exactly_the_supported_pythons():
     build = _pyproject()["tool"]["cibuildwheel"]["build"].split()
     assert build == [f"{cp}-*" for cp in CP]  # "cp314-*" leaves out cp314t, free-threaded
