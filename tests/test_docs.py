@@ -202,3 +202,36 @@ def test_the_module_map_names_every_module_of_the_package_and_no_other():
     assert len(named) > 20, named  # the table was found and read
     assert tree - named == set(), "modules missing from docs/development.md's map"
     assert named - tree == set(), "docs/development.md's map names files the package lacks"
+
+
+def _headings(page: str) -> list[str]:
+    """The page's Markdown headings, as written (lines inside fenced code are not headings)."""
+    headings: list[str] = []
+    fence: str | None = None
+    for line in page.splitlines():
+        marker = re.match(r"^\s*(`{3,}|~{3,})", line)
+        if marker:
+            if fence is None:
+                fence = marker[1][0]
+            elif marker[1][0] == fence:
+                fence = None
+            continue
+        if fence is None and re.match(r"^#{1,6} \S", line):
+            headings.append(line.rstrip())
+    return headings
+
+
+def test_headings_finds_headings_outside_code_only():
+    page = "# A\n\n```python\n# a comment\n```\n\n## B\n~~~\n## not one\n~~~\n## B\n"
+    assert _headings(page) == ["# A", "## B", "## B"]
+
+
+@pytest.mark.parametrize(
+    "page", sorted(DOCS.rglob("*.md")), ids=lambda p: str(p.relative_to(DOCS))
+)
+def test_no_heading_is_repeated_within_a_page(page):
+    """A section pasted twice (an older copy left below the newer) passes the strict build:
+    its anchors only get a suffix."""
+    headings = _headings(page.read_text())
+    repeated = sorted({h for h in headings if headings.count(h) > 1})
+    assert repeated == [], f"{page.relative_to(ROOT)} repeats {repeated}"
