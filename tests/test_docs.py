@@ -155,6 +155,7 @@ def test_readme_links_to_pages_of_the_site():
         ("zarrdb.remote", "remote.md"),
         ("zarrdb.conformance", "conformance.md"),
         ("zarrdb.zarr2", "zarr2.md"),
+        ("zarrdb.filesystem", "filesystem.md"),
     ],
 )
 def test_the_api_reference_shows_everything_a_module_exports(module, page):

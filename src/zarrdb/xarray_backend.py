@@ -29,6 +29,7 @@ from zarrdb.store import SQLiteStore
 __all__ = ["ZarrDBBackendEntrypoint"]
 
 SUFFIX = ".zarrdb"
+_PROTOCOL = "zarrdb:"  # zarrdb::PATH, zarrdb://group::PATH (zarrdb.filesystem)
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -99,7 +100,7 @@ class ZarrDBBackendEntrypoint(BackendEntrypoint):
         name = os.fspath(filename_or_obj)
         if not isinstance(name, str):
             return False
-        if names_zarrdb(name):
+        if names_zarrdb(name) or name.startswith(_PROTOCOL):
             return True
         return "://" not in name and is_sqlitestore_file(name)
 
@@ -121,6 +122,7 @@ class ZarrDBBackendEntrypoint(BackendEntrypoint):
         storage_options: Mapping[str, Any] | None = None,
         block_cache: Any = None,
     ) -> Any:
+        filename_or_obj, group, storage_options = _unchain(filename_or_obj, group, storage_options)
         store, owned = _store(filename_or_obj, storage_options, block_cache)
         options = _zarr_options(
             group=group,
@@ -171,6 +173,7 @@ class ZarrDBBackendEntrypoint(BackendEntrypoint):
         """xarray's zarr backend's `method` (open_datatree or open_groups_as_dict) on the
         store; an owned store is closed with the result (a tree's root closes every node; of a
         dict, the first group is the one asked for, the root of the others)."""
+        filename_or_obj, group, storage_options = _unchain(filename_or_obj, group, storage_options)
         store, owned = _store(filename_or_obj, storage_options, block_cache)
         options = _zarr_options(group=group, consolidated=consolidated, zarr_format=zarr_format)
         with _closed_on_error(store, owned):
@@ -183,6 +186,24 @@ class ZarrDBBackendEntrypoint(BackendEntrypoint):
             elif opened:
                 _close_store_with(next(iter(opened.values())), store)
         return opened
+
+
+def _unchain(
+    name: Any, group: str | None, storage_options: Mapping[str, Any] | None
+) -> tuple[Any, str | None, Mapping[str, Any] | None]:
+    """The file, group and storage options a `zarrdb::` URL names (zarrdb.filesystem's form:
+    `zarrdb://group::file`), for SQLiteStore; anything else as it is. Options given under the
+    inner URL's protocol, as fsspec takes them (`{"s3": {...}}`), are that URL's."""
+    if not isinstance(name, str) or not name.startswith(_PROTOCOL):
+        return name, group, storage_options
+    head, _, name = name.partition("::")
+    inside = head[len(_PROTOCOL) :].removeprefix("//").strip("/")
+    if inside:
+        group = f"{inside}/{group.strip('/')}" if group else inside
+    scheme = name.partition("://")[0] if "://" in name else None
+    if storage_options is not None and scheme is not None and set(storage_options) == {scheme}:
+        storage_options = storage_options[scheme]
+    return name, group, storage_options
 
 
 def _as_source(store: SQLiteStore) -> Any:
