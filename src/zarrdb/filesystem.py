@@ -271,7 +271,9 @@ class ZarrDBFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec has no 
 
     # --- writing --------------------------------------------------------------------------------
 
-    async def _pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
+    async def _pipe_file(
+        self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any
+    ) -> None:
         store = await self._writer()
         key = self._strip_protocol(path)
         buffer = cpu.Buffer.from_bytes(value)
@@ -341,13 +343,13 @@ def close(path: str | os.PathLike[str] | None = None) -> None:
 class _WriteOnClose(io.BytesIO):
     """A key opened for writing: stored as one value when closed."""
 
-    def __init__(self, fs: ZarrDBFileSystem, path: str, mode: str) -> None:
+    def __init__(self, fs: ZarrDBFileSystem, path: str, how: str) -> None:
         super().__init__()
-        self.fs, self.path, self.mode = fs, path, mode
+        self.fs, self.path, self.how = fs, path, how  # how: "overwrite" or "create"
 
     def close(self) -> None:
         if not self.closed:
-            self.fs.pipe_file(self.path, self.getvalue(), mode=self.mode)
+            self.fs.pipe_file(self.path, self.getvalue(), mode=self.how)
         super().close()
 
 
