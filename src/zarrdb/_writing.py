@@ -7,6 +7,13 @@ thread. A call returns once its data is committed:
 - a coroutine awaits a future that the event loop settles when the writer reports completion
   through the loop's port (a file descriptor the loop watches; one port per loop);
 - a synchronous caller waits on the writer with the GIL released.
+Small writes of one turn of an event loop go to the writer together, as a burst (see
+BURST_VALUE_MAX), each caller with its own future and its own outcome (a value the writer
+cannot take fails only its caller). A submission that finds the queue full waits in its loop's
+backlog, in order: a task waits for room in a worker thread and queues the backlog on the
+loop's thread as room is made; every later write of that loop is queued after it, and a
+synchronous caller on the loop's thread (set_sync, close(), a transaction's begin) queues it
+first, waiting for room there.
 Explicit transactions (`store.transaction()`): the store object is the session, as an SQLite
 connection is. While one is open, every write through the store joins it, whatever thread,
 event loop or zarr worker it comes from; the writer decides that under its lock at the moment
@@ -32,6 +39,8 @@ from zarrdb._core import Database, Port, Writer, _exit_transaction
 GROUP_COMMIT_MAX_BYTES = 64 * 1024 * 1024
 # Submitters wait while this many bytes are queued: the values are the callers' own buffers
 # (not copied), so this bounds the memory pinned by writes that have not been committed yet.
+# A write that joins an open transaction is not counted against the writes that transaction
+# deferred until its end (room only its end makes): at most twice this while one is open.
 QUEUE_MAX_BYTES = 128 * 1024 * 1024
 # Values at least this long are written in place through the blob API after inserting a
 # zero-filled value of their length; shorter ones are bound to the INSERT. SQLite copies a bound
@@ -52,7 +61,7 @@ WAKE_WRITER_BYTES = 64 * 1024
 # chunk) go to the writer together, as one submission: one queue entry, one completion and one
 # lock round instead of one each. A write of a value larger than BURST_VALUE_MAX, or another kind
 # of write, or one inside an explicit transaction, is queued at once on its own (after the turn's
-# burst so far, which keeps their order). A burst is queued once it holds BURST_MAX_BYTES, and
+# burst so far and the loop's backlog, which keeps their order). A burst is queued once it holds BURST_MAX_BYTES, and
 # what is left when the turn ends: the writer applies the first while the loop still runs the
 # turn, and commits them all after the turn (100 sets of 1 KiB: 9.0 against 9.7 us each with
 # the whole turn in one submission, benchmarks/large_values.py --only gathered).

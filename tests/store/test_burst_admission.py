@@ -49,8 +49,9 @@ async def stored(store: SQLiteStore, key: str) -> bytes | None:
     return None if got is None else got.to_bytes()
 
 
+@pytest.mark.parametrize("form", ["with", "async with"])
 def test_a_transaction_is_not_stuck_behind_the_writes_it_deferred(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    form: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """While the transaction's begin() waits for another process's lock, other threads queue
     writes that fill the queue; they are deferred until the transaction ends. The block's own
@@ -76,9 +77,17 @@ def test_a_transaction_is_not_stuck_behind_the_writes_it_deferred(
         return thread
 
     def block() -> None:
-        with store.transaction():
-            store.set_sync("txn/a", value(1, size))
-            store.set_sync("txn/b", value(2, size))
+        if form == "with":
+            with store.transaction():
+                store.set_sync("txn/a", value(1, size))
+                store.set_sync("txn/b", value(2, size))
+        else:
+            asyncio.run(async_block())
+
+    async def async_block() -> None:
+        async with store.transaction():
+            await store.set("txn/a", value(1, size))
+            await store.set("txn/b", value(2, size))
 
     try:
         store.set_sync("first", value(0))  # opens the writer
