@@ -61,10 +61,10 @@ WAKE_WRITER_BYTES = 64 * 1024
 # chunk) go to the writer together, as one submission: one queue entry, one completion and one
 # lock round instead of one each. A write of a value larger than BURST_VALUE_MAX, or another kind
 # of write, or one inside an explicit transaction, is queued at once on its own (after the turn's
-# burst so far and the loop's backlog, which keeps their order). A burst is queued once it holds BURST_MAX_BYTES, and
-# what is left when the turn ends: the writer applies the first while the loop still runs the
-# turn, and commits them all after the turn (100 sets of 1 KiB: 9.0 against 9.7 us each with
-# the whole turn in one submission, benchmarks/large_values.py --only gathered).
+# burst so far and the loop's backlog, which keeps their order). A burst is queued once it holds
+# BURST_MAX_BYTES, and what is left when the turn ends: the writer applies the first while the
+# loop still runs the turn, and commits them all after the turn (100 sets of 1 KiB: 9.0 against
+# 9.7 us each with the whole turn in one submission, benchmarks/large_values.py --only gathered).
 BURST_VALUE_MAX = 64 * 1024
 BURST_MAX_BYTES = 64 * 1024
 # In WAL mode a checkpointer thread with its own connection copies the write-ahead log into the
@@ -315,8 +315,8 @@ class _LoopWatch:
             raise  # Ctrl-C, SystemExit: the loop's to stop
         futures = burst.futures
         if bad:
-            for index, exc in bad:
-                _resolve(futures[index], exc)
+            for index, error in bad:
+                _resolve(futures[index], error)
             left_out = {index for index, _ in bad}
             futures = [f for index, f in enumerate(futures) if index not in left_out]
         return None if sub is None else (sub, futures)
