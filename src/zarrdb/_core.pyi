@@ -175,6 +175,10 @@ class Submission:
     @property
     def done(self) -> bool: ...
     @property
+    def nbytes(self) -> int:
+        """The bytes it counts for in the queue (its values and keys)."""
+
+    @property
     def joined(self) -> bool:
         """The submission joined the store's open explicit transaction when it was queued."""
 
@@ -257,6 +261,21 @@ class Writer:
         """Queue `ops` as one submission; while an explicit transaction is open it joins it.
         When the queue is full, waits (GIL released), or with block=False returns None."""
 
+    @overload
+    def prepare(
+        self, ops: Iterable[_Op], *, port: Port | None = None, bad: None = None
+    ) -> Submission: ...
+    @overload
+    def prepare(
+        self, ops: Iterable[_Op], *, port: Port | None = None, bad: list[tuple[int, Exception]]
+    ) -> Submission | None:
+        """The submission of `ops`, made but not queued (see enqueue). With a list `bad`, an
+        operation whose value cannot be taken is left out and `(index, error)` appended to
+        `bad`; None if every operation is left out."""
+
+    def enqueue(self, sub: Submission, *, block: bool = True) -> bool:
+        """Queue a submission made by prepare(); False if the queue is full and not `block`."""
+
     def write(self, ops: Iterable[_Op]) -> None:
         """Queue `ops` and, unless they joined the open explicit transaction, wait until they
         are committed (GIL released); raises the write's error."""
@@ -265,7 +284,8 @@ class Writer:
         """Everything queued so far is all the caller has for now: commit it without waiting."""
 
     def wait_for_room(self, nbytes: int) -> None:
-        """Block (GIL released) until a submission of `nbytes` would be queued at once."""
+        """Block (GIL released) until a submission of `nbytes` would be queued at once, or
+        the writer stops."""
 
     def call_holding(self, fn: Callable[[Database], _T], drain: bool = True) -> _T:
         """`fn(db)` on the write connection, taken from the thread once everything queued so

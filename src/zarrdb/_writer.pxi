@@ -11,9 +11,12 @@
 # while one is open, every submission joins it (written under a savepoint per batch). Its start
 # is marked under the mutex the moment begin(), holding the connection, has taken SQLite's
 # write lock (BEGIN IMMEDIATE): what was queued before is committed on its own (the part that
-# came while begin() waited is deferred, still counted in the queue's bytes, and queued again
-# when the transaction ends), what is queued after joins the transaction. Its end is marked
-# when end() asks for the connection: what is queued after that is not the transaction's.
+# came while begin() waited is deferred, and queued again when the transaction ends), what is
+# queued after joins the transaction. Its end is marked when end() asks for the connection:
+# what is queued after that is not the transaction's.
+# Admission: a submitter waits while the queue holds queue_max bytes. What the transaction
+# deferred stays counted for the writes outside it, but not for the writes that join it: only
+# the transaction's end frees that room, and its block may be the one waiting (see _has_room).
 # Python code that needs the connection itself (transactions, reads inside them, maintenance)
 # holds it through Writer.holding(): the thread finishes its batch and waits.
 
@@ -138,7 +141,8 @@ cdef struct WState:
     WSub* tail
     WSub* dhead  # queued before the open transaction began, written once it ends
     WSub* dtail
-    int64_t queued_bytes
+    int64_t queued_bytes  # queued, being written, or deferred
+    int64_t deferred_bytes  # of those, deferred until the open transaction's end
     int64_t queue_max
     int64_t batch_max
     # The explicit transaction: `txn` marks what submissions queued now join (0: none; set
@@ -543,6 +547,7 @@ cdef void _writer_main(void* arg) noexcept nogil:
     _defer_queued(w)
     s = w.dhead
     w.dhead = w.dtail = NULL
+    w.deferred_bytes = 0
     while s != NULL:
         nxt = s.next
         s.rc = s.xrc = W_ERR_CLOSED
@@ -568,9 +573,14 @@ cdef int64_t _drain_target(WState* w) noexcept nogil:
 
 
 cdef void _defer_queued(WState* w) noexcept nogil:
-    """Move everything queued to the deferred list (under the mutex; its bytes stay counted)."""
-    if w.head == NULL:
+    """Move everything queued to the deferred list (under the mutex; its bytes stay counted,
+    as deferred_bytes too)."""
+    cdef WSub* s = w.head
+    if s == NULL:
         return
+    while s != NULL:
+        w.deferred_bytes += s.nbytes
+        s = s.next
     if w.dtail == NULL:
         w.dhead = w.head
     else:
@@ -584,11 +594,24 @@ cdef void _requeue_deferred(WState* w) noexcept nogil:
     cdef WSub* s = w.dhead
     cdef WSub* nxt
     w.dhead = w.dtail = NULL
+    w.deferred_bytes = 0
     while s != NULL:
         nxt = s.next
         w.queued_bytes -= s.nbytes  # counted again by _enqueue_ready
         _enqueue_ready(w, s)
         s = nxt
+
+
+cdef inline bint _has_room(WState* w, int64_t nbytes) noexcept nogil:
+    """A submission of `nbytes` may be queued now (under the mutex). One that would join the
+    open transaction is counted against what the writer can write before that transaction
+    ends, not against the writes deferred until its end: waiting for those would wait for the
+    transaction's end, which the block making this write has to reach first. (The memory
+    pinned is then at most twice the bound: the deferred writes and the transaction's.)"""
+    cdef int64_t counted = w.queued_bytes
+    if w.txn != 0:
+        counted -= w.deferred_bytes
+    return counted <= 0 or counted + nbytes <= w.queue_max
 
 
 cdef void _enqueue_ready(WState* w, WSub* s) noexcept nogil:
@@ -792,14 +815,41 @@ cdef class Writer:
         "set_if_absent", "delete" or "delete_prefix" (value None for the deletes). While an
         explicit transaction is open the submission joins it (`Submission.joined`). When the
         queue is full, waits (GIL released), or with block=False returns None."""
+        cdef Submission sub = self._prepare(list(ops), port)
+        return sub if self._enqueue(sub, block) else None
+
+    def prepare(self, ops, *, Port port=None, list bad=None):
+        """The submission of `ops` (see submit), made but not queued yet: queue it with
+        enqueue(). With a list `bad`, an operation whose value cannot be taken (e.g. a buffer
+        that is not contiguous) is left out and `(index, error)` appended to `bad`, so that one
+        caller's bad value fails only that caller; None if every operation is left out."""
         cdef list items = list(ops)
+        self._check()  # the writer's own state fails them all, not one by one
+        try:
+            return self._prepare(items, port)
+        except Exception:
+            if bad is None:
+                raise
+        # Each operation alone, to tell the bad ones (only after a failure: it costs twice).
+        good = []
+        for index, item in enumerate(items):
+            try:
+                self._prepare([item], None)
+            except Exception as exc:
+                bad.append((index, exc))
+            else:
+                good.append(item)
+        return self._prepare(good, port) if good else None
+
+    def enqueue(self, Submission sub, *, bint block=True):
+        """Queue a submission made by prepare(); False if the queue is full and not `block`
+        (it can be queued later: wait_for_room(sub.nbytes) tells when)."""
+        return self._enqueue(sub, block)
+
+    cdef Submission _prepare(self, list items, Port port):
         cdef Py_ssize_t n = len(items)
         cdef Submission sub = Submission()
         cdef WSub* s
-        cdef WState* w = self.w
-        cdef int64_t nbytes
-        cdef bint queued = False
-        cdef bint stopped = False
         self._check()
         if n == 0:
             raise ValueError("a submission needs at least one operation")
@@ -808,6 +858,7 @@ cdef class Writer:
             raise MemoryError()
         sub.sub = s
         sub.writer = self
+        sub.port = port
         s.ops = <WOp*>calloc(n, sizeof(WOp))
         if s.ops == NULL:
             raise MemoryError()
@@ -818,8 +869,19 @@ cdef class Writer:
         sub.buffers = _Buffers(n)
         sub.keep = []
         sub.names = []
-        nbytes = _gather_ops(items, s.ops, sub.buffers, sub.keep, sub.names, self.path)
-        s.nbytes = nbytes
+        s.nbytes = _gather_ops(items, s.ops, sub.buffers, sub.keep, sub.names, self.path)
+        return sub
+
+    cdef bint _enqueue(self, Submission sub, bint block) except -1:
+        cdef WSub* s = sub.sub
+        cdef WState* w = self.w
+        cdef Port port = sub.port
+        cdef int64_t nbytes = s.nbytes
+        cdef bint queued = False
+        cdef bint stopped = False
+        self._check()
+        if sub.queued or sub.writer is not self:
+            raise ValueError("a submission is queued once, on the writer that made it")
         # Registered before it is queued: once queued, the writer may finish it and an event
         # loop drain its port at any moment, and the drain releases what it finds here.
         self._owners[<Py_ssize_t>s] = sub
@@ -833,7 +895,7 @@ cdef class Writer:
                 if w.stop:
                     stopped = True
                     break
-                if w.queued_bytes == 0 or w.queued_bytes + nbytes <= w.queue_max:
+                if _has_room(w, nbytes):
                     s.txn = w.txn
                     if s.txn != 0:
                         s.port = NULL  # nobody waits for it: see _unpin
@@ -857,14 +919,14 @@ cdef class Writer:
                 port.pending -= 1
             if stopped:
                 raise _errors.ClosedError(f"the writer of {self.path!r} is closed")
-            return None
+            return False
         if s.txn != 0:
             # Nobody waits for it (its error is the transaction's): kept until the writer is
             # done with it, and let go by the next submission or the transaction's end.
             self._joined.append(sub)
             if port is not None:
                 port.pending -= 1
-        return sub
+        return True
 
     def write(self, ops):
         """Queue `ops` and, unless they joined the open explicit transaction, wait until they
@@ -900,12 +962,13 @@ cdef class Writer:
             zt_mutex_unlock(&w.mu)
 
     def wait_for_room(self, int64_t nbytes):
-        """Block (GIL released) until a submission of `nbytes` would be queued at once."""
+        """Block (GIL released) until a submission of `nbytes` would be queued at once, or
+        the writer stops."""
         cdef WState* w = self.w
         self._check()
         with nogil:
             zt_mutex_lock(&w.mu)
-            while not w.stop and w.queued_bytes != 0 and w.queued_bytes + nbytes > w.queue_max:
+            while not w.stop and not _has_room(w, nbytes):
                 zt_cond_wait(&w.done, &w.mu)
             zt_mutex_unlock(&w.mu)
 

@@ -15,6 +15,7 @@ cdef class Submission:
     cdef list keep  # what the queued pointers point into
     cdef list names  # each operation's key (or prefix), for messages
     cdef Writer writer
+    cdef Port port  # the port it reports to (None: its caller waits on the writer)
     cdef bint queued
     cdef bint finished
     cdef public object future
@@ -38,6 +39,11 @@ cdef class Submission:
     @property
     def done(self):
         return zt_load_acquire(&self.sub.state) == SUB_DONE
+
+    @property
+    def nbytes(self):
+        """The bytes it counts for in the queue (its values and keys)."""
+        return self.sub.nbytes
 
     @property
     def joined(self):

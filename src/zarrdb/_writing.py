@@ -7,6 +7,13 @@ thread. A call returns once its data is committed:
 - a coroutine awaits a future that the event loop settles when the writer reports completion
   through the loop's port (a file descriptor the loop watches; one port per loop);
 - a synchronous caller waits on the writer with the GIL released.
+Small writes of one turn of an event loop go to the writer together, as a burst (see
+BURST_VALUE_MAX), each caller with its own future and its own outcome (a value the writer
+cannot take fails only its caller). A submission that finds the queue full waits in its loop's
+backlog, in order: a task waits for room in a worker thread and queues the backlog on the
+loop's thread as room is made; every later write of that loop is queued after it, and a
+synchronous caller on the loop's thread (set_sync, close(), a transaction's begin) queues it
+first, waiting for room there.
 Explicit transactions (`store.transaction()`): the store object is the session, as an SQLite
 connection is. While one is open, every write through the store joins it, whatever thread,
 event loop or zarr worker it comes from; the writer decides that under its lock at the moment
@@ -33,6 +40,8 @@ from zarrdb._log import WriterEvents
 GROUP_COMMIT_MAX_BYTES = 64 * 1024 * 1024
 # Submitters wait while this many bytes are queued: the values are the callers' own buffers
 # (not copied), so this bounds the memory pinned by writes that have not been committed yet.
+# A write that joins an open transaction is not counted against the writes that transaction
+# deferred until its end (room only its end makes): at most twice this while one is open.
 QUEUE_MAX_BYTES = 128 * 1024 * 1024
 # Values at least this long are written in place through the blob API after inserting a
 # zero-filled value of their length; shorter ones are bound to the INSERT. SQLite copies a bound
@@ -53,10 +62,10 @@ WAKE_WRITER_BYTES = 64 * 1024
 # chunk) go to the writer together, as one submission: one queue entry, one completion and one
 # lock round instead of one each. A write of a value larger than BURST_VALUE_MAX, or another kind
 # of write, or one inside an explicit transaction, is queued at once on its own (after the turn's
-# burst so far, which keeps their order). A burst is queued once it holds BURST_MAX_BYTES, and
-# what is left when the turn ends: the writer applies the first while the loop still runs the
-# turn, and commits them all after the turn (100 sets of 1 KiB: 9.0 against 9.7 us each with
-# the whole turn in one submission, benchmarks/large_values.py --only gathered).
+# burst so far and the loop's backlog, which keeps their order). A burst is queued once it holds
+# BURST_MAX_BYTES, and what is left when the turn ends: the writer applies the first while the
+# loop still runs the turn, and commits them all after the turn (100 sets of 1 KiB: 9.0 against
+# 9.7 us each with the whole turn in one submission, benchmarks/large_values.py --only gathered).
 BURST_VALUE_MAX = 64 * 1024
 BURST_MAX_BYTES = 64 * 1024
 # In WAL mode a checkpointer thread with its own connection copies the write-ahead log into the
@@ -175,41 +184,26 @@ class Writing:
     async def _write_alone(
         self, watch: _LoopWatch, loop: asyncio.AbstractEventLoop, ops: Sequence[Op]
     ) -> None:
-        """write_async for writes that are a submission of their own."""
-        if watch.burst is not None:
-            watch.queue_burst()  # first what this turn queued before
-        if watch.backlog and watch.backlog_task is not None:
-            await asyncio.shield(watch.backlog_task)  # and the bursts waiting for room
-        sub = self.writer.submit(ops, port=watch.port, block=False)
-        if sub is None:
-            # The queue is full (or a transaction is opening): wait in a worker thread, not on
-            # the loop.
-            sub = await asyncio.to_thread(self.writer.submit, ops, port=watch.port)
-        watch.hint(loop)
-        if sub.joined:
-            return
+        """write_async for writes that are a submission of their own: queued after what this
+        turn queued before and after the bursts waiting for room, in order."""
+        sub = self.writer.prepare(ops, port=watch.port)
         future = loop.create_future()
-        sub.future = future
-        if sub.done:
-            # Finished already, and perhaps drained before the future was attached (by the
-            # loop while it waited for the worker thread, or by close() from another thread):
-            # no settle may come for it.
-            err = sub.error()
-            if err is not None:
-                raise err
-            return
+        watch.queue_alone(sub, future)
+        watch.hint(loop)
         await future
 
     def queue_bursts_here(self) -> None:
-        """Queue the burst of the event loop running in this thread, if it has one (before a
-        write or a transaction that must come after it)."""
+        """Queue the burst of the event loop running in this thread and the bursts it has
+        waiting for room, if any, before a write or a transaction that must come after them;
+        waits here for room for them (the caller is synchronous: it blocks the loop anyway)."""
         if not self.watches:  # no event loop has written through this store
             return
         loop = asyncio._get_running_loop()
         if loop is not None:
             watch = self.watches.get(id(loop))
-            if watch is not None and watch.burst is not None and watch.loop() is loop:
-                watch.queue_burst()
+            if (watch is not None and (watch.burst is not None or watch.backlog)
+                    and watch.loop() is loop):
+                watch.queue_all()
 
     def _watch(self, loop: asyncio.AbstractEventLoop) -> _LoopWatch:
         with self.watches_lock:
@@ -257,8 +251,9 @@ class _LoopWatch:
         self.loop = weakref.ref(loop)
         self.hint_due = False
         self.burst: _Burst | None = None  # this turn's small writes, not queued yet
-        # Bursts waiting for room in the queue, in order, and the task queueing them.
-        self.backlog: collections.deque[_Burst] = collections.deque()
+        # Submissions waiting for room in the queue, in order, each with its caller's future
+        # (a burst's: a list, one per write), and the task queueing them as room is made.
+        self.backlog: collections.deque[tuple[Any, Any]] = collections.deque()
         self.backlog_task: asyncio.Task[None] | None = None
         self.waker: threading.Thread | None = None
         self.drained = threading.Event()
@@ -292,56 +287,113 @@ class _LoopWatch:
         self.writer.flush()
 
     def queue_burst(self) -> None:
-        """Queue this turn's burst as one submission (on the loop's thread)."""
+        """Queue this turn's burst as one submission (on the loop's thread), after the
+        submissions waiting for room."""
         burst, self.burst = self.burst, None
         if burst is None:
             return
-        if self.backlog:
-            self.backlog.append(burst)  # after the bursts waiting for room: in order
-            return
+        entry = self._prepare(burst)
+        if entry is not None:
+            self._queue(*entry)
+
+    def queue_alone(self, sub: Any, future: asyncio.Future[Any]) -> None:
+        """Queue a write that is a submission of its own, after this turn's burst so far and
+        the submissions waiting for room (on the loop's thread)."""
+        if self.burst is not None:
+            self.queue_burst()
+        self._queue(sub, future)
+
+    def queue_all(self) -> None:
+        """Queue this turn's burst and everything waiting for room, waiting here for room
+        (on the loop's thread, for a synchronous caller that must come after them)."""
+        self.queue_burst()
+        if self.backlog and self._queue_backlog(block=True):
+            self.writer.flush()  # nobody else says that these are all
+
+    def _prepare(self, burst: _Burst) -> tuple[Any, list[asyncio.Future[Any]]] | None:
+        """The burst's submission, not queued yet, and its callers' futures. A caller whose
+        value cannot be taken (a buffer that is not contiguous) gets its own error at once and
+        is left out: the others' writes go on."""
+        bad: list[tuple[int, Exception]] = []
         try:
-            sub = self.writer.submit(burst.ops, port=self.port, block=False)
+            sub = self.writer.prepare(burst.ops, port=self.port, bad=bad)
         except BaseException as exc:  # e.g. ClosedError: every waiter gets it
             _settle_each(burst.futures, exc)
             if isinstance(exc, Exception):
-                return
+                return None
             raise  # Ctrl-C, SystemExit: the loop's to stop
-        if sub is not None:
-            self._attach(sub, burst.futures)
-            return
-        # The queue is full (or a transaction is opening): wait for room in a worker thread,
-        # this burst and the ones after it, one by one.
-        loop = self.loop()
-        if loop is not None:
-            self.backlog.append(burst)
-            self.backlog_task = loop.create_task(self._queue_backlog())
+        futures = burst.futures
+        if bad:
+            for index, error in bad:
+                _resolve(futures[index], error)
+            left_out = {index for index, _ in bad}
+            futures = [f for index, f in enumerate(futures) if index not in left_out]
+        return None if sub is None else (sub, futures)
 
-    async def _queue_backlog(self) -> None:
-        while self.backlog:
-            burst = self.backlog[0]
+    def _queue(self, sub: Any, future: Any) -> None:
+        """Queue a submission at once if nothing waits for room before it and there is room
+        now; else it waits its turn in the backlog, and a task queues the backlog as room is
+        made (never out of order)."""
+        if not self.backlog:
             try:
-                sub = await asyncio.to_thread(self.writer.submit, burst.ops, port=self.port)
-            except BaseException as exc:  # the waiters get it, whatever it is
-                for each in self.backlog:
-                    _settle_each(each.futures, exc)
-                self.backlog.clear()
+                if self.writer.enqueue(sub, block=False):
+                    _attach(sub, future)
+                    return
+            except BaseException as exc:
+                _settle_each(future if type(future) is list else [future], exc)
                 if isinstance(exc, Exception):
                     return
                 raise
-            self.backlog.popleft()
-            self._attach(sub, burst.futures)
+        self.backlog.append((sub, future))
+        task = self.backlog_task
+        if task is None or task.done():
+            loop = self.loop()
+            if loop is not None:
+                self.backlog_task = loop.create_task(self._queue_backlog_as_room_is_made())
 
-    @staticmethod
-    def _attach(sub: Any, futures: list[asyncio.Future[Any]]) -> None:
-        sub.future = futures
-        if sub.joined:
-            # It joined an explicit transaction that opened meanwhile: its writes are the
-            # transaction's, as any write queued while one is open; its callers return now.
-            _settle_each(futures, None)
-        elif sub.done:
-            # Finished already, and drained before its futures were attached (by close()
-            # from another thread): no settle may come for it.
-            _settle([sub])
+    def _queue_backlog(self, block: bool) -> bool:
+        """Queue the backlog in order, as far as there is room (with `block`: all of it,
+        waiting for room here); True if it queued something. A failure to queue (the writer
+        closed) fails every caller still waiting."""
+        backlog = self.backlog
+        queued = False
+        while backlog:
+            sub, future = backlog[0]
+            try:
+                if not self.writer.enqueue(sub, block=block):
+                    break
+            except BaseException as exc:
+                self._fail_backlog(exc)
+                if isinstance(exc, Exception):
+                    break
+                raise
+            backlog.popleft()
+            _attach(sub, future)
+            queued = True
+        return queued
+
+    async def _queue_backlog_as_room_is_made(self) -> None:
+        """Wait for room for the backlog's first submission in a worker thread (not on the
+        loop), then queue what fits on the loop's thread, in order, until none is left."""
+        loop = asyncio.get_running_loop()
+        while self.backlog:
+            sub, _ = self.backlog[0]
+            try:
+                await asyncio.to_thread(self.writer.wait_for_room, sub.nbytes)
+            except BaseException as exc:  # the waiters get it, whatever it is
+                self._fail_backlog(exc)
+                if isinstance(exc, Exception):
+                    return
+                raise
+            if self._queue_backlog(block=False):
+                # Their turn has ended, and its flush with it: the next one tells the writer
+                # that these are all (else it would wait for them to be flushed, for good).
+                self.hint(loop)
+
+    def _fail_backlog(self, exc: BaseException) -> None:
+        for _, future in self.backlog:
+            _settle_each(future if type(future) is list else [future], exc)
+        self.backlog.clear()
 
     def settle(self) -> None:
         """Settle the futures of every finished submission (on the loop's thread)."""
@@ -408,6 +460,19 @@ class _LoopWatch:
     def _unwatch(self, loop: asyncio.AbstractEventLoop) -> None:
         with contextlib.suppress(Exception):
             loop.remove_reader(self.port.fileno())
+
+
+def _attach(sub: Any, future: Any) -> None:
+    """Give a queued submission its caller's future (a burst's: a list, one per write)."""
+    sub.future = future
+    if sub.joined:
+        # It joined an explicit transaction (that opened meanwhile, for a burst): its writes
+        # are the transaction's, as any write queued while one is open; its callers return now.
+        _settle_each(future if type(future) is list else [future], None)
+    elif sub.done:
+        # Finished already, and drained before its future was attached (by close() from
+        # another thread): no settle may come for it.
+        _settle([sub])
 
 
 class _Burst:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import runpy
 import weakref
 from pathlib import Path
 
@@ -15,9 +16,11 @@ import numpy as np
 import pytest
 from zarr.core.buffer import cpu
 
-from tests.store._lock_holder import LockHolder
 from zarrdb import SQLiteStore, _writing
 from zarrdb.errors import DatabaseLockedError
+
+# Loaded by its path: the tests run from any directory, without the repository on sys.path.
+LockHolder = runpy.run_path(str(Path(__file__).with_name("_lock_holder.py")))["LockHolder"]
 
 
 def value(i: int, size: int = 1024) -> cpu.Buffer:

@@ -1,0 +1,246 @@
+"""Room in the writer's queue, and the writes that wait for it: none waits for room only its
+own transaction's end could make, each is committed without waiting for a later write, they
+keep the order they were made in, and a bad value fails only its own caller.
+
+Each scenario is made deterministic by another process holding the file's write lock (nothing
+can commit until it lets go) and a small bound on the queue; every wait has a deadline, so a
+write that never returns fails the test in seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import runpy
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from zarr.core.buffer import cpu
+
+from zarrdb import SQLiteStore, _writing
+
+# Loaded by its path: the tests run from any directory, without the repository on sys.path.
+LockHolder = runpy.run_path(str(Path(__file__).with_name("_lock_holder.py")))["LockHolder"]
+
+DEADLINE = 10.0  # seconds: far more than any of these writes needs once the lock is let go
+
+
+def value(i: int, size: int = 1024) -> cpu.Buffer:
+    return cpu.Buffer.from_bytes(bytes([i % 251]) * size)
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    """Poll for a state the test then relies on (not a guess at how long it takes)."""
+    deadline = time.monotonic() + DEADLINE
+    while not condition():
+        assert time.monotonic() < deadline, f"never saw: {what}"
+        time.sleep(0.005)
+
+
+def stored_sync(store: SQLiteStore, key: str) -> bytes | None:
+    got = store.get_sync(key, prototype=cpu.buffer_prototype)
+    return None if got is None else got.to_bytes()
+
+
+async def stored(store: SQLiteStore, key: str) -> bytes | None:
+    got = await store.get(key, cpu.buffer_prototype)
+    return None if got is None else got.to_bytes()
+
+
+@pytest.mark.parametrize("form", ["with", "async with"])
+def test_a_transaction_is_not_stuck_behind_the_writes_it_deferred(
+    form: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """While the transaction's begin() waits for another process's lock, other threads queue
+    writes that fill the queue; they are deferred until the transaction ends. The block's own
+    writes must still be queued (not wait for room that only the block's end makes)."""
+    bound = 1024 * 1024
+    size = 300 * 1024  # three fill the queue; a fourth does not fit beside them
+    monkeypatch.setattr(_writing, "QUEUE_MAX_BYTES", bound)
+    path = tmp_path / "deferred.zarrdb"
+    store = SQLiteStore(path)
+    holder = None
+    outcomes: dict[str, BaseException | None] = {}
+
+    def run(name: str, fn: Callable[[], None]) -> threading.Thread:
+        def target() -> None:
+            try:
+                fn()
+                outcomes[name] = None
+            except BaseException as exc:  # noqa: BLE001 - the test reports it
+                outcomes[name] = exc
+
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        return thread
+
+    def block() -> None:
+        if form == "with":
+            with store.transaction():
+                store.set_sync("txn/a", value(1, size))
+                store.set_sync("txn/b", value(2, size))
+        else:
+            asyncio.run(async_block())
+
+    async def async_block() -> None:
+        async with store.transaction():
+            await store.set("txn/a", value(1, size))
+            await store.set("txn/b", value(2, size))
+
+    try:
+        store.set_sync("first", value(0))  # opens the writer
+        writer = store._session.writing().writer
+        holder = LockHolder(path)
+        owner = run("block", block)
+        # begin() holds the connection while it waits for the lock.
+        wait_until(lambda: writer.stats()["held"] == 1, "begin() holding the connection")
+        others = [
+            run(f"other/{i}", lambda i=i: store.set_sync(f"other/{i}", value(10 + i, size)))
+            for i in range(3)
+        ]
+        wait_until(lambda: writer.stats()["queued_bytes"] >= 3 * size, "the others queued")
+        holder.let_go()  # the transaction begins; the others' writes wait for its end
+        owner.join(DEADLINE)
+        assert not owner.is_alive(), "the transaction's block waits for room for good"
+        assert outcomes["block"] is None, outcomes["block"]
+        for thread in others:
+            thread.join(DEADLINE)
+            assert not thread.is_alive(), f"{thread.name} was never written"
+            assert outcomes[thread.name] is None, outcomes[thread.name]
+        assert stored_sync(store, "txn/a") == value(1, size).to_bytes()
+        assert stored_sync(store, "txn/b") == value(2, size).to_bytes()
+        for i in range(3):
+            assert stored_sync(store, f"other/{i}") == value(10 + i, size).to_bytes()
+    finally:
+        if holder is not None:
+            holder.release()
+        store.close()
+
+
+async def test_a_small_write_that_waited_for_room_is_committed_without_another_write(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A burst that found the queue full is queued once there is room, after its turn has
+    ended: the writer must hear that it is all there is, not wait for a flush that ran."""
+    monkeypatch.setattr(_writing, "QUEUE_MAX_BYTES", _writing.BURST_MAX_BYTES)
+    path = tmp_path / "room.zarrdb"
+    store = SQLiteStore(path)
+    size = _writing.BURST_MAX_BYTES // 4  # four make a burst, queued at once: the queue is full
+    holder = None
+    try:
+        await store.set("first", value(0))
+        holder = LockHolder(path)
+        full = [asyncio.ensure_future(store.set(f"full/{i}", value(i, size))) for i in range(4)]
+        small = asyncio.ensure_future(store.set("small", value(9)))
+        await asyncio.sleep(0.1)  # the small write's burst found the queue full
+        assert not small.done()
+        holder.let_go()
+        done, _ = await asyncio.wait([small, *full], timeout=DEADLINE)
+        assert small in done, "the small write waited for room and was never committed"
+        await asyncio.gather(small, *full)
+        assert await stored(store, "small") == value(9).to_bytes()
+    finally:
+        if holder is not None:
+            holder.release()
+        store.close()
+
+
+async def test_a_synchronous_write_on_the_loop_comes_after_the_bursts_waiting_for_room(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`set()` then `set_sync()` of the same key from the loop's thread: the later one stays,
+    also when the earlier one's burst is waiting for room and the later one would fit."""
+    burst = _writing.BURST_MAX_BYTES
+    # One burst fits, two do not; a small write fits beside one.
+    monkeypatch.setattr(_writing, "QUEUE_MAX_BYTES", 2 * burst - 1024)
+    path = tmp_path / "order.zarrdb"
+    store = SQLiteStore(path)
+    size = burst // 4
+    holder = None
+    try:
+        await store.set("first", value(0))
+        holder = LockHolder(path)
+        keys = [f"k/{i}" for i in range(4)] + ["k/4", "same", "k/5", "k/6"]  # two bursts
+        tasks = [asyncio.ensure_future(store.set(k, value(i, size))) for i, k in enumerate(keys)]
+        await asyncio.sleep(0.1)  # the second burst waits for room
+        assert not any(task.done() for task in tasks)
+        timer = threading.Timer(0.3, holder.let_go)  # set_sync blocks this thread until then
+        timer.start()
+        try:
+            store.set_sync("same", value(99))
+        finally:
+            timer.join()
+        await asyncio.wait_for(asyncio.gather(*tasks), DEADLINE)
+        assert await stored(store, "same") == value(99).to_bytes()
+        assert await stored(store, "k/6") == value(7, size).to_bytes()
+    finally:
+        if holder is not None:
+            holder.release()
+        store.close()
+
+
+def test_closing_on_the_loop_writes_the_bursts_waiting_for_room(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """close() from a coroutine while a burst of its loop waits for room: closing queues it
+    first (as it queues the turn's burst), so its callers are written, not failed."""
+    monkeypatch.setattr(_writing, "QUEUE_MAX_BYTES", _writing.BURST_MAX_BYTES)
+    path = tmp_path / "close.zarrdb"
+    size = _writing.BURST_MAX_BYTES // 4
+    holders = []
+
+    async def main() -> list[object]:
+        store = SQLiteStore(path)
+        await store.set("first", value(0))
+        holders.append(LockHolder(path))
+        tasks = [asyncio.ensure_future(store.set(f"k/{i}", value(i, size))) for i in range(8)]
+        await asyncio.sleep(0.1)  # the first burst is queued, the second waits for room
+        assert not any(task.done() for task in tasks)
+        timer = threading.Timer(0.3, holders[0].let_go)  # close() waits for the lock
+        timer.start()
+        try:
+            store.close()
+        finally:
+            timer.join()
+        return await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), DEADLINE)
+
+    try:
+        assert asyncio.run(main()) == [None] * 8
+    finally:
+        for holder in holders:
+            holder.release()
+    store = SQLiteStore(path, read_only=True)
+    try:
+        for i in range(8):
+            assert stored_sync(store, f"k/{i}") == value(i, size).to_bytes()
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("where", [0, 3, 5])
+async def test_a_value_that_cannot_be_taken_fails_only_its_own_caller(
+    where: int, tmp_path: Path
+) -> None:
+    """Six small writes of one turn, one of a buffer that is not contiguous: that caller gets
+    the error, the five others are stored."""
+    store = SQLiteStore(tmp_path / "bad.zarrdb")
+    strided = cpu.Buffer.from_array_like(np.arange(2048, dtype="u1")[::2])
+    try:
+        await store.set("first", value(0))
+        values = [value(i) for i in range(6)]
+        values[where] = strided
+        results = await asyncio.wait_for(
+            asyncio.gather(
+                *(store.set(f"k/{i}", v) for i, v in enumerate(values)), return_exceptions=True
+            ),
+            DEADLINE,
+        )
+        assert isinstance(results[where], (ValueError, BufferError)), results[where]
+        assert [r for i, r in enumerate(results) if i != where] == [None] * 5
+        for i in range(6):
+            want = None if i == where else value(i).to_bytes()
+            assert await stored(store, f"k/{i}") == want
+    finally:
+        store.close()
