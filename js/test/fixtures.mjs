@@ -10,7 +10,8 @@ const here = dirname(fileURLToPath(import.meta.url));
 const repo = resolve(here, "..", "..");
 
 export function python() {
-  const chosen = process.env.ZARRDB_PYTHON || join(repo, ".venv", "py3.12", "bin", "python");
+  // A relative path is taken from the repository root, where .ci/run runs.
+  const chosen = resolve(repo, process.env.ZARRDB_PYTHON || join(".venv", "py3.12", "bin", "python"));
   if (!existsSync(chosen)) {
     throw new Error(`no Python with zarrdb at ${chosen}: build it (PYTHON=3.12 scripts/dev.sh build test) or set ZARRDB_PYTHON`);
   }
