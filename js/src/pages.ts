@@ -14,6 +14,15 @@ export interface CacheOptions {
   maxReadAhead?: number;
   /** The largest single request; longer runs are split and fetched in parallel (bytes). */
   maxRequest?: number;
+  /** Runs waiting for a request at most this far apart are fetched together (bytes). */
+  mergeGap?: number;
+}
+
+interface WaitingRun {
+  first: number;
+  count: number;
+  resolve: () => void;
+  reject: (error: unknown) => void;
 }
 
 /** Pages of `pageSize` bytes numbered from 1, as SQLite numbers them. */
@@ -27,7 +36,8 @@ export class PageCache {
   private readonly maxReadAheadPages: number;
   private readonly maxRequestPages: number;
   private active = 0;
-  private readonly queue: (() => void)[] = [];
+  private readonly waiting: WaitingRun[] = [];
+  private readonly mergeGapPages: number;
   private lastEnd = -1;
   private window: number;
 
@@ -39,6 +49,7 @@ export class PageCache {
     this.readAheadPages = Math.max(1, Math.ceil((options.readAhead ?? 64 << 10) / pageSize));
     this.maxReadAheadPages = Math.max(this.readAheadPages, Math.ceil((options.maxReadAhead ?? 4 << 20) / pageSize));
     this.maxRequestPages = Math.max(1, Math.floor((options.maxRequest ?? 8 << 20) / pageSize));
+    this.mergeGapPages = Math.floor((options.mergeGap ?? 256 << 10) / pageSize);
     this.window = this.readAheadPages;
   }
 
@@ -115,19 +126,60 @@ export class PageCache {
   }
 
   private fetchRun(first: number, count: number): Promise<void> {
-    const run = (async () => {
-      await this.slot();
-      try {
-        const bytes = await this.source.read((first - 1) * this.pageSize, count * this.pageSize);
-        for (let i = 0; i < count; i++) {
-          this.store(first + i, bytes.subarray(i * this.pageSize, (i + 1) * this.pageSize));
-        }
-      } finally {
-        for (let i = 0; i < count; i++) this.pending.delete(first + i);
-        this.release();
-      }
-    })();
+    const run = new Promise<void>((resolve, reject) => {
+      this.waiting.push({ first, count, resolve, reject });
+    });
     for (let i = 0; i < count; i++) this.pending.set(first + i, run);
+    this.dispatch();
+    return run;
+  }
+
+  /** Starts waiting runs while fewer than `concurrency` requests are in flight. When runs
+   * wait (every slot busy: many reads at once, such as a whole array), neighbours at most
+   * `mergeGap` apart go in one request: a full read becomes a few large requests. */
+  private dispatch(): void {
+    while (this.active < this.concurrency && this.waiting.length) {
+      const seed = this.waiting.shift()!;
+      const group = [seed];
+      let lo = seed.first;
+      let hi = seed.first + seed.count;
+      for (let grown = true; grown;) {
+        grown = false;
+        for (let i = 0; i < this.waiting.length; i++) {
+          const other = this.waiting[i];
+          const end = other.first + other.count;
+          const near = other.first <= hi + this.mergeGapPages && end >= lo - this.mergeGapPages;
+          if (near && Math.max(hi, end) - Math.min(lo, other.first) <= this.maxRequestPages) {
+            group.push(other);
+            this.waiting.splice(i--, 1);
+            lo = Math.min(lo, other.first);
+            hi = Math.max(hi, end);
+            grown = true;
+          }
+        }
+      }
+      this.active++;
+      this.request(lo, hi - lo, group);
+    }
+  }
+
+  private async request(first: number, count: number, group: WaitingRun[]): Promise<void> {
+    try {
+      const bytes = await this.source.read((first - 1) * this.pageSize, count * this.pageSize);
+      for (let i = 0; i < count; i++) {
+        this.store(first + i, bytes.subarray(i * this.pageSize, (i + 1) * this.pageSize));
+      }
+      for (const run of group) this.settle(run).resolve();
+    } catch (error) {
+      for (const run of group) this.settle(run).reject(error);
+    } finally {
+      this.active--;
+      this.dispatch();
+    }
+  }
+
+  private settle(run: WaitingRun): WaitingRun {
+    for (let i = 0; i < run.count; i++) this.pending.delete(run.first + i);
     return run;
   }
 
@@ -140,17 +192,4 @@ export class PageCache {
     }
   }
 
-  private async slot(): Promise<void> {
-    if (this.active < this.concurrency) {
-      this.active++;
-      return;
-    }
-    await new Promise<void>((resolve) => this.queue.push(resolve));
-  }
-
-  private release(): void {
-    const next = this.queue.shift();
-    if (next) next();
-    else this.active--;
-  }
 }

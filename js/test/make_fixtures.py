@@ -176,6 +176,20 @@ MANIFEST["arrays.zarrdb"] = {
     },
 }
 
+# Many small chunks (4 KiB pages, 256 chunks of 4 KiB): a whole read is many values at once.
+many_path = os.path.join(OUT, "many_chunks.zarrdb")
+store = zarrdb.SQLiteStore(many_path, page_size=4096)
+grid = zarr.create_array(store, shape=(512, 512), chunks=(32, 32), dtype="float32", compressors=None)
+grid[:] = np.random.default_rng(5).random((512, 512), dtype="float32")
+store.close()
+MANIFEST["many_chunks.zarrdb"] = {
+    "kind": "arrays",
+    "values": read_back(many_path),
+    "arrays": {
+        "": base64.b64encode(np.asarray(zarr.open_array(zarrdb.SQLiteStore(many_path, read_only=True))[:]).tobytes()).decode(),
+    },
+}
+
 # Files Python refuses, each with the refusal it gets.
 hostile = {
     "utf16.zarrdb": dict(encoding="UTF-16le"),

@@ -121,3 +121,50 @@ test("concurrent reads share the cache: one fetch per page", async () => {
     await server.close();
   }
 });
+
+test("a range far into a value: pointer maps spare the pages before it; a walked chain is cached", async () => {
+  const server = await serve({ "/": dir });
+  const fetched = () => server.stats.log.reduce((sum, entry) => sum + entry.end - entry.start + 1, 0);
+  try {
+    // A zarrdb file (auto-vacuum, so pointer maps): the last 100 bytes of a 1 MB value.
+    const zarrdbFile = await ZarrDBStore.open(`${server.url}/zarrdb_4096.zarrdb`, { head: 4096 });
+    await zarrdbFile.has("/values/1000003"); // the key's pages, outside what is measured
+    server.reset();
+    const want = Buffer.from(manifest["zarrdb_4096.zarrdb"].values["values/1000003"], "base64");
+    const tail = await zarrdbFile.getRange("/values/1000003", { suffixLength: 100 });
+    assert.equal(Buffer.compare(Buffer.from(tail), want.subarray(-100)), 0);
+    assert.ok(fetched() <= 256 << 10, `${fetched()} bytes for the last 100 bytes of a 1 MB value`);
+    assert.ok(server.stats.requests <= 3, `${server.stats.requests} requests`);
+
+    // Python's sqlite3 module (no pointer maps): the chain is walked once, then known.
+    const plain = await ZarrDBStore.open(`${server.url}/stdlib_1024.zarrdb`, { head: 1024 });
+    await plain.has("/values/1000003");
+    server.reset();
+    await plain.getRange("/values/1000003", { suffixLength: 100 });
+    assert.ok(fetched() >= 900_000, "without pointer maps the pages before the range are read");
+    server.reset();
+    const middle = await plain.getRange("/values/1000003", { offset: 500_000, length: 100 });
+    const wantPlain = Buffer.from(manifest["stdlib_1024.zarrdb"].values["values/1000003"], "base64");
+    assert.equal(Buffer.compare(Buffer.from(middle), wantPlain.subarray(500_000, 500_100)), 0);
+    assert.ok(fetched() <= 128 << 10, `${fetched()} bytes for 100 bytes of a value whose chain is known`);
+  } finally {
+    await server.close();
+  }
+});
+
+test("a whole array read at once goes in a few large requests", async () => {
+  const server = await serve({ "/": dir });
+  try {
+    const small = { head: 4096, readAhead: 4096, maxReadAhead: 4096 };
+    const store = await ZarrDBStore.open(`${server.url}/many_chunks.zarrdb`, small);
+    const array = await zarr.open(zarr.root(store), { kind: "array" });
+    server.reset();
+    const all = await zarr.get(array);
+    const want = Buffer.from(manifest["many_chunks.zarrdb"].arrays[""], "base64");
+    assert.equal(Buffer.compare(Buffer.from(all.data.buffer, all.data.byteOffset, all.data.byteLength), want), 0);
+    // 256 chunks of 4 KiB, read by zarrita all at once: requests waiting together are merged.
+    assert.ok(server.stats.requests <= 32, `${server.stats.requests} requests for 256 chunks`);
+  } finally {
+    await server.close();
+  }
+});
