@@ -18,11 +18,18 @@ out = sys.argv[1]
 def write(store) -> None:
     root = zarr.open_group(store, mode="w")
     # 64 MiB of float32 in uncompressed chunks of 256 KiB (256 x 256).
-    big = root.create_array("big", shape=(4096, 4096), chunks=(256, 256), dtype="float32", compressors=None)
+    big = root.create_array(
+        "big", shape=(4096, 4096), chunks=(256, 256), dtype="float32", compressors=None
+    )
     big[:] = np.random.default_rng(1).random((4096, 4096), dtype="float32")
     # Shards of 4 MiB (1024 x 1024), inner chunks of 256 KiB.
     sharded = root.create_array(
-        "sharded", shape=(2048, 2048), chunks=(256, 256), shards=(1024, 1024), dtype="float32", compressors=None
+        "sharded",
+        shape=(2048, 2048),
+        chunks=(256, 256),
+        shards=(1024, 1024),
+        dtype="float32",
+        compressors=None,
     )
     sharded[:] = np.random.default_rng(2).random((2048, 2048), dtype="float32")
 

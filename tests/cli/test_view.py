@@ -51,7 +51,9 @@ def test_view_serves_the_file_by_ranges_and_the_page(sample_file, page):
         assert status == 302
         assert headers["Location"] == f"/viewer/index.html?url=/data/{sample_file.name}"
         whole = sample_file.read_bytes()
-        status, headers, body = _get(f"{address}data/{sample_file.name}", {"Range": "bytes=100-4195"})
+        status, headers, body = _get(
+            f"{address}data/{sample_file.name}", {"Range": "bytes=100-4195"}
+        )
         assert (status, body) == (206, whole[100:4196])
         assert headers["Content-Range"] == f"bytes 100-4195/{len(whole)}"
         status, _, body = _get(f"{address}data/{sample_file.name}", {"Range": "bytes=-16"})

@@ -24,7 +24,7 @@ _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="a .zarrdb file")
-    parser.add_argument("--port", type=int, default=0, help="the port (default: a free one)")
+    parser.add_argument("--port", type=_port, default=0, help="the port (default: a free one)")
     parser.add_argument(
         "--viewer-dir",
         metavar="DIR",
@@ -37,14 +37,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(
+            f"a port number from 0 to 65535 (0: a free one), not {text!r}"
+        )
+    return int(text)
+
+
 def viewer_dir(chosen: str | None) -> Path:
     """The directory of the built viewer page."""
     package = Path(zarrdb.__file__).resolve().parent
-    candidates = [Path(chosen)] if chosen else [
-        package / "viewer",
-        package.parents[1] / "js" / "dist" / "viewer",
-        Path.cwd() / "js" / "dist" / "viewer",
-    ]
+    candidates = (
+        [Path(chosen)]
+        if chosen
+        else [
+            package / "viewer",
+            package.parents[1] / "js" / "dist" / "viewer",
+            Path.cwd() / "js" / "dist" / "viewer",
+        ]
+    )
     for candidate in candidates:
         if (candidate / "index.html").is_file() and (candidate / "viewer.js").is_file():
             return candidate
