@@ -219,6 +219,31 @@ MANIFEST["many_chunks.zarrdb"] = {
     },
 }
 
+# zarr-sqlite (the pure-Python SQLiteStore), where it is installed: its own file of arrays.
+try:
+    from zarr_sqlite import SQLiteStore as ZarrSQLiteStore
+except ImportError:
+    ZarrSQLiteStore = None
+if ZarrSQLiteStore is not None:
+    other_path = os.path.join(OUT, "zarr_sqlite.zarrdb")
+    other = ZarrSQLiteStore(other_path, journal_mode="DELETE")
+    group = zarr.open_group(other, mode="w")
+    values = group.create_array("values", shape=(300, 200), chunks=(64, 64), dtype="int32")
+    values[:] = np.arange(300 * 200, dtype="int32").reshape(300, 200)
+    tiles = group.create_array(
+        "tiles", shape=(128, 128), chunks=(16, 16), shards=(64, 64), dtype="float64"
+    )
+    tiles[:] = np.random.default_rng(3).random((128, 128))
+    other.close()
+    MANIFEST["zarr_sqlite.zarrdb"] = {
+        "kind": "zarr-sqlite",
+        "values": read_back(other_path),
+        "arrays": {
+            "values": array_bytes(other_path, "values"),
+            "tiles": array_bytes(other_path, "tiles"),
+        },
+    }
+
 # Files Python refuses, each with the refusal it gets.
 hostile = {
     "utf16.zarrdb": {"encoding": "UTF-16le"},

@@ -64,6 +64,20 @@ test("files of every writer, in memory: every key, value and range as Python rea
   }
 });
 
+test("arrays of every writer read through zarrita equal zarr-python's", async () => {
+  const names = Object.keys(manifest).filter((name) => manifest[name].arrays);
+  assert.ok(names.includes("zarr_sqlite.zarrdb"), "zarr-sqlite wrote a fixture (it is a test dependency on 3.12)");
+  for (const name of names) {
+    const store = await ZarrDBStore.open(new MemorySource(new Uint8Array(readFileSync(join(dir, name))), name));
+    for (const [path, b64] of Object.entries(manifest[name].arrays)) {
+      const array = await zarr.open(path ? zarr.root(store).resolve(path) : zarr.root(store), { kind: "array" });
+      const chunk = await zarr.get(array);
+      const got = Buffer.from(chunk.data.buffer, chunk.data.byteOffset, chunk.data.byteLength);
+      assert.equal(Buffer.compare(got, Buffer.from(b64, "base64")), 0, `${name}: ${path}`);
+    }
+  }
+});
+
 test("a File/Blob is read by slices", async () => {
   const name = "zarrdb_4096.zarrdb";
   await checkFile(await ZarrDBStore.open(await openAsBlob(join(dir, name))), name);
