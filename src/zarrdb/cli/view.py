@@ -150,8 +150,7 @@ def serve(file: str, port: int = 0, page: str | None = None) -> http.server.Thre
 
 def run(args: argparse.Namespace) -> int:
     server = serve(args.file, args.port, args.viewer_dir)
-    host, port = server.server_address[:2]
-    address = f"http://{host}:{port}/"
+    address = f"http://127.0.0.1:{server.server_address[1]}/"
     if args.json:
         print(json.dumps({"url": address, "file": os.path.abspath(args.file)}), flush=True)
     else:
