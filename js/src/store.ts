@@ -2,7 +2,7 @@
 
 import { BtreeReader, compareBytes, recordFields } from "./btree.js";
 import { FormatError } from "./errors.js";
-import { type Header, type Payload, parseHeader, decodeRecord, serialSize, varint, HEADER_SIZE } from "./format.js";
+import { type Header, type Payload, parseHeader, decodeRecord, serialSize, varint } from "./format.js";
 import { type CacheOptions, PageCache } from "./pages.js";
 import { type Layout, type SchemaRow, checkMetadata, checkSchema } from "./schema.js";
 import { BlobSource, HttpSource, type HttpOptions, MemorySource, type Source } from "./sources.js";
@@ -165,4 +165,4 @@ export class ZarrDBStore {
   }
 }
 
-export { MAX_VALUE_SIZE, HEADER_SIZE };
+

@@ -101,6 +101,16 @@ test("an object that changes, seen in the ETag when If-Match is not sent", async
   }
 });
 
+test("a server that sends more than asked for is cut off, not buffered", async () => {
+  const server = await serve({ "/": dir }, { oversend: 50 << 20 });
+  try {
+    await assert.rejects(ZarrDBStore.open(`${server.url}/zarrdb_65536.zarrdb`, { head: 65536 }),
+      (e) => e instanceof SourceError && /more than|at most/.test(e.message));
+  } finally {
+    await server.close();
+  }
+});
+
 test("failed requests are retried", async () => {
   const server = await serve({ "/": dir }, { failFirst: 2 });
   try {
