@@ -10,7 +10,10 @@ const common = { bundle: true, format: "esm", target: "es2022", sourcemap: true,
 await build({ ...common, entryPoints: [`${here}src/index.ts`], platform: "neutral", outfile: `${here}dist/index.js` });
 await build({ ...common, entryPoints: [`${here}viewer/viewer.ts`], platform: "browser", minify: true, sourcemap: false, outfile: `${here}dist/viewer/viewer.js` });
 copyFileSync(`${here}viewer/index.html`, `${here}dist/viewer/index.html`);
-execFileSync(process.execPath, [`${here}node_modules/typescript/bin/tsc`, "-p", `${here}tsconfig.json`], { stdio: "inherit" });
+// esbuild strips types without checking them: tsc checks the package and the page.
+const tsc = `${here}node_modules/typescript/bin/tsc`;
+execFileSync(process.execPath, [tsc, "-p", `${here}tsconfig.json`], { stdio: "inherit" });
+execFileSync(process.execPath, [tsc, "-p", `${here}tsconfig.viewer.json`], { stdio: "inherit" });
 const docs = `${here}../docs`;
 if (existsSync(docs)) {
   mkdirSync(`${docs}/viewer`, { recursive: true });
