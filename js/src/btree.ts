@@ -259,6 +259,45 @@ export class BtreeReader {
     throw new FormatError("an index deeper than any real one: the file loops");
   }
 
+  /** The first column of the first entry of the index at `root` that is not less than the
+   * text `key` (UTF-8 bytes), or null if every entry is less. */
+  async indexLowerBound(root: number, key: Uint8Array): Promise<Uint8Array | null> {
+    let pageNo = root;
+    // The smallest entry seen on the way down that is not less than `key`: interior cells of
+    // an index are entries too, and lie after everything in their left child.
+    let candidate: Uint8Array | null = null;
+    for (let depth = 0; depth <= MAX_DEPTH; depth++) {
+      const { page, tree } = await this.btreePage(pageNo);
+      if (tree.type !== PAGE_INDEX_INTERIOR && tree.type !== PAGE_INDEX_LEAF) {
+        throw new FormatError(`page ${pageNo} of an index is not an index page`);
+      }
+      let lo = 0;
+      let hi = tree.cells.length;
+      let atLo: Field | null = null;
+      while (lo < hi) {
+        const mid = (lo + hi) >> 1;
+        const cell = readCell(page, pageNo, tree.type, tree.cells[mid], this.header.usable);
+        const first = recordFields(await this.wholePayload(cell))[0];
+        if (!first) throw new FormatError("an index entry without columns");
+        const cmp = typeClass(first.type) - 2 || compareBytes(first.bytes, key);
+        if (cmp < 0) lo = mid + 1;
+        else {
+          hi = mid;
+          atLo = first;
+        }
+      }
+      if (atLo && lo < tree.cells.length) {
+        if (!(atLo.type >= 13 && atLo.type & 1)) return candidate; // past the text keys
+        candidate = atLo.bytes.slice();
+      }
+      if (tree.type === PAGE_INDEX_LEAF) return candidate;
+      pageNo = lo < tree.cells.length
+        ? readCell(page, pageNo, tree.type, tree.cells[lo], this.header.usable).leftChild
+        : tree.rightChild;
+    }
+    throw new FormatError("an index deeper than any real one: the file loops");
+  }
+
   /** The row `rowid` of the table at `root`. */
   async tableLookup(root: number, rowid: number): Promise<Payload | null> {
     let pageNo = root;

@@ -156,6 +156,32 @@ export class ZarrDBStore {
     return (await this.btree.indexLookup(this.layout.keyIndexRoot, encoder.encode(path))) !== null;
   }
 
+  /** The keys directly below `prefix` ("" or "a/b/") and the prefixes of the folders there
+   * ("a/b/c/"), each in the file's order: one index descent per entry, however many keys
+   * lie below a folder (a group's listing does not read its arrays' chunk keys). */
+  async listDir(prefix: string): Promise<{ keys: string[]; prefixes: string[] }> {
+    const base = prefix && !prefix.endsWith("/") ? `${prefix}/` : prefix;
+    const start = encoder.encode(base.startsWith("/") ? base.slice(1) : base);
+    const keys: string[] = [];
+    const prefixes: string[] = [];
+    let seek = start;
+    for (;;) {
+      const found = await this.btree.indexLowerBound(this.layout.keyIndexRoot, seek);
+      if (!found || found.length < start.length || compareBytes(found.subarray(0, start.length), start) !== 0) break;
+      const slash = found.indexOf(0x2f, start.length);
+      if (slash < 0) {
+        keys.push(decoder.decode(found));
+        seek = new Uint8Array(found.length + 1); // the smallest key after `found`
+        seek.set(found);
+      } else {
+        prefixes.push(decoder.decode(found.subarray(0, slash + 1)));
+        seek = found.slice(0, slash + 1);
+        seek[slash] = 0x30; // "0" follows "/": past every key in that folder
+      }
+    }
+    return { keys, prefixes };
+  }
+
   /** Every key, in the file's (UTF-8 byte) order. */
   async *keys(): AsyncGenerator<string> {
     for await (const entry of this.btree.scan(this.layout.keyIndexRoot)) {

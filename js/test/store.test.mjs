@@ -182,3 +182,23 @@ test("a whole array read at once goes in a few large requests", async () => {
     await server.close();
   }
 });
+
+test("listDir gives a folder's keys and subfolders, as the full key list implies", async () => {
+  for (const name of ["zarrdb_512.zarrdb", "arrays.zarrdb", "wal.zarrdb"]) {
+    const store = await ZarrDBStore.open(new MemorySource(new Uint8Array(readFileSync(join(dir, name))), name));
+    const all = Object.keys(manifest[name].values).sort(byCodePoint);
+    const prefixes = new Set([""]);
+    for (const key of all) {
+      const parts = key.split("/");
+      for (let i = 1; i < parts.length; i++) prefixes.add(`${parts.slice(0, i).join("/")}/`);
+    }
+    for (const prefix of prefixes) {
+      const below = all.filter((k) => k.startsWith(prefix)).map((k) => k.slice(prefix.length));
+      const keys = below.filter((rest) => !rest.includes("/")).map((rest) => prefix + rest);
+      const folders = [...new Set(below.filter((rest) => rest.includes("/")).map((rest) => prefix + rest.slice(0, rest.indexOf("/") + 1)))];
+      const listed = await store.listDir(prefix);
+      assert.deepEqual(listed.keys, keys, `${name}: keys of '${prefix}'`);
+      assert.deepEqual(listed.prefixes, folders.sort(byCodePoint), `${name}: folders of '${prefix}'`);
+    }
+  }
+});

@@ -50,11 +50,7 @@ async function open(what: string | Blob): Promise<void> {
   $("tree").textContent = "";
   try {
     store = await ZarrDBStore.open(what);
-    const nodes: string[] = [];
-    for await (const key of store.keys()) {
-      if (key === "zarr.json") nodes.push("");
-      else if (key.endsWith("/zarr.json")) nodes.push(key.slice(0, -"/zarr.json".length));
-    }
+    const nodes = await findNodes(store);
     status.nodes = nodes;
     setStatus(`${typeof what === "string" ? what : (what as File).name ?? "file"}: ${nodes.length} nodes` +
       (store.warnings.length ? ` (${store.warnings.join("; ")})` : ""));
@@ -65,6 +61,25 @@ async function open(what: string | Blob): Promise<void> {
   } catch (error) {
     fail(error);
   }
+}
+
+/** Every node's path, by listing folders: an array's folder is not listed, so its chunk keys
+ * are never read, however many there are. */
+async function findNodes(from: Store): Promise<string[]> {
+  const nodes: string[] = [];
+  const visit = async (prefix: string): Promise<void> => {
+    const { keys, prefixes } = await from.listDir(prefix);
+    const path = prefix.replace(/\/$/, "");
+    if (keys.includes(`${prefix}zarr.json`)) {
+      nodes.push(path);
+      const bytes = await from.get(`/${prefix}zarr.json`);
+      const meta = bytes ? JSON.parse(new TextDecoder().decode(bytes)) : {};
+      if (meta.node_type === "array") return;
+    }
+    for (const folder of prefixes) await visit(folder);
+  };
+  await visit("");
+  return nodes;
 }
 
 async function metadataOf(path: string): Promise<Record<string, unknown>> {
