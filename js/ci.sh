@@ -6,8 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 if [ ! -x "${CHROMIUM:-/usr/bin/chromium}" ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    as_root=""
+    [ "$(id -u)" -eq 0 ] || as_root=sudo
+    $as_root apt-get update -qq
+    $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 npm ci --no-audit --no-fund
 npm test
