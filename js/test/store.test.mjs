@@ -169,15 +169,17 @@ test("a range far into a value: pointer maps spare the pages before it; a walked
 test("a whole array read at once goes in a few large requests", async () => {
   const server = await serve({ "/": dir });
   try {
-    const small = { head: 4096, readAhead: 4096, maxReadAhead: 4096 };
+    const small = { head: 4096, readAhead: 4096, maxReadAhead: 4096, concurrency: 2 };
     const store = await ZarrDBStore.open(`${server.url}/many_chunks.zarrdb`, small);
     const array = await zarr.open(zarr.root(store), { kind: "array" });
     server.reset();
     const all = await zarr.get(array);
     const want = Buffer.from(manifest["many_chunks.zarrdb"].arrays[""], "base64");
     assert.equal(Buffer.compare(Buffer.from(all.data.buffer, all.data.byteOffset, all.data.byteLength), want), 0);
-    // 256 chunks of 4 KiB, read by zarrita all at once: requests waiting together are merged.
+    // 256 chunks of 4 KiB, read by zarrita all at once: requests waiting together are merged,
+    // and no more than `concurrency` are in flight at any moment.
     assert.ok(server.stats.requests <= 32, `${server.stats.requests} requests for 256 chunks`);
+    assert.ok(server.stats.maxInFlight <= 2, `${server.stats.maxInFlight} requests at once`);
   } finally {
     await server.close();
   }

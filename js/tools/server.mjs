@@ -12,9 +12,12 @@ const TYPES = {
 
 /** Serves the files under `roots` (url prefix -> directory). */
 export async function serve(roots, behaviour = {}) {
-  const stats = { requests: 0, bytes: 0, log: [] };
+  const stats = { requests: 0, bytes: 0, log: [], inFlight: 0, maxInFlight: 0 };
   const server = createServer((req, res) => {
     stats.requests++;
+    stats.inFlight++;
+    stats.maxInFlight = Math.max(stats.maxInFlight, stats.inFlight);
+    res.on("close", () => stats.inFlight--);
     const url = new URL(req.url, "http://x");
     let file = null;
     for (const [prefix, dir] of Object.entries(roots)) {
@@ -94,6 +97,7 @@ export async function serve(roots, behaviour = {}) {
       stats.requests = 0;
       stats.bytes = 0;
       stats.log = [];
+      stats.maxInFlight = stats.inFlight;
     },
     close: () => new Promise((resolve) => { server.closeAllConnections?.(); server.close(resolve); }),
   };
