@@ -129,14 +129,19 @@ export class ZarrDBStore {
     return { row, start: offsets[valueColumn], size };
   }
 
-  async get(key: string, _options?: GetOptions): Promise<Uint8Array | undefined> {
+  async get(key: string, options?: GetOptions): Promise<Uint8Array | undefined> {
+    // A read zarrita no longer wants (the viewer moved on) stops between its steps.
+    options?.signal?.throwIfAborted();
     const span = await this.locate(key);
+    options?.signal?.throwIfAborted();
     if (!span) return undefined;
     return this.btree.payloadRange(span.row, span.start, span.size);
   }
 
-  async getRange(key: string, range: RangeQuery, _options?: GetOptions): Promise<Uint8Array | undefined> {
+  async getRange(key: string, range: RangeQuery, options?: GetOptions): Promise<Uint8Array | undefined> {
+    options?.signal?.throwIfAborted();
     const span = await this.locate(key);
+    options?.signal?.throwIfAborted();
     if (!span) return undefined;
     let offset: number;
     let length: number;

@@ -44,6 +44,7 @@ async function checkFile(store, name) {
     }
   }
   assert.equal(await store.get("/no/such/key"), undefined);
+  await assert.rejects(store.get("/zarr.json", { signal: AbortSignal.abort() }), { name: "AbortError" });
   assert.equal(await store.getRange("/no/such/key", { offset: 0, length: 1 }), undefined);
 }
 
