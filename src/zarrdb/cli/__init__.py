@@ -11,6 +11,7 @@
     zarrdb vacuum FILE               give free pages back to the file system
     zarrdb upgrade FILE [--to-v3]    a file of zarr-python 2's SQLiteStore made a SQLiteStore
                                      1.0 file, in place (--to-v3: its metadata zarr v3 too)
+    zarrdb view FILE                 the file in the browser viewer, served on 127.0.0.1
     zarrdb bench                     zarrdb against the other zarr stores
 
 info, tree, check, copy and snapshot also read a .zarrdb file at a URL (s3://, gs://, az://,

@@ -111,6 +111,11 @@ COMMANDS: tuple[Command, ...] = (
         "make a file of zarr-python 2's SQLiteStore a SQLiteStore 1.0 file, in place",
         "zarrdb.cli.upgrade",
     ),
+    Command(
+        "view",
+        "serve a .zarrdb file and the browser viewer on 127.0.0.1 and print the address",
+        "zarrdb.cli.view",
+    ),
     # The benchmark declares its own --json (a file to write), so it does not take the shared
     # options.
     Command(
