@@ -1,0 +1,511 @@
+"""`zarrdb.copy`: a Zarr hierarchy, or a part of it, byte for byte from any zarr store to any
+other: a .zarrdb file, a directory, a zip file (an RFC-9 `.ozx` too), memory, an object store.
+
+    zarrdb.copy("data.zarr", "data.zarrdb")                  # a directory into one file
+    zarrdb.copy("data.zarrdb", "image.ozx")                  # OME-Zarr's zipped form (RFC-9)
+    zarrdb.copy(store, "s3://bucket/data.zarr", path="raw")  # one group, to an object store
+
+Values are not decoded: what is copied is the stored bytes of every key below `path`. The
+copy reads batches of values while the previous batch is written, with a bounded number of
+bytes in memory, and reports progress to an fsspec-style callback.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from zarrdb import _copy_engine as engine
+from zarrdb import _format, _places, _zipfiles, errors
+from zarrdb._copy_engine import ProgressCallback
+
+if TYPE_CHECKING:
+    from zarr.abc.store import Store
+
+__all__ = ["DEFAULT_BATCH_BYTES", "CopyResult", "ProgressCallback", "copy", "copy_async"]
+
+DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
+IfExists = Literal["raise", "replace", "skip"]
+_SQLITE_HEADER = b"SQLite format 3\x00"
+_ZARRDB_SUFFIXES = (".zarrdb", ".sqlite", ".sqlite3", ".db")
+
+
+@dataclass
+class CopyResult:
+    """What a copy did."""
+
+    keys: int
+    """Values written."""
+    bytes: int
+    """Bytes of the values written."""
+    skipped: int
+    """Keys the destination held already and kept (`if_exists="skip"`)."""
+    batches: int
+    """Batches written (one transaction each on a .zarrdb)."""
+    seconds: float
+    """Wall time of the whole copy, verification included."""
+    verified: bool
+    """Whether the copy was read back and found identical (`verify=True`)."""
+
+
+def copy(
+    source: Any,
+    dest: Any,
+    *,
+    path: str = "",
+    dest_path: str | None = None,
+    if_exists: IfExists = "raise",
+    verify: bool = False,
+    callback: ProgressCallback | None = None,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+) -> CopyResult:
+    """Copy the keys below `path` of `source`, byte for byte, to `dest_path` of `dest`.
+
+    Parameters
+    ----------
+    source, dest
+        A zarr `Store` or `StorePath`, or anything zarr takes for one (a directory's path, a
+        URL opened through fsspec, a dict for memory). A path ending in `.zarrdb` (also
+        `.sqlite`, `.db`) is a zarrdb file, one ending in `.zip` or `.ozx` a zip file; an
+        existing file is recognised by its content. A `.zarrdb` URL (`s3://`, `https://`)
+        is read in place as a source. A new file or directory is built under a temporary
+        name beside its place and renamed into place when complete (and verified).
+    path
+        The group or array to copy (default: the whole hierarchy).
+    dest_path
+        Where it goes in `dest` (default: the same path).
+    if_exists
+        What to do when `dest` holds something below `dest_path`: `"raise"` (the default)
+        raises FileExistsError before anything is written; `"replace"` deletes what is there
+        first, so that the copy holds exactly the source's keys; `"skip"` keeps each key the
+        destination holds already and copies the others (resuming an interrupted copy).
+    verify
+        Read the copy back and compare every value with what was read from the source
+        (a digest per value; keys kept by `"skip"` are compared with the source itself).
+    callback
+        An fsspec `Callback` (or anything with its `set_size`, `relative_update` and
+        `branched`): sized in keys, advanced per key; each value's branch counts its bytes.
+    batch_bytes
+        Values read and written together, at most this many bytes (a larger value goes
+        alone); at most three batches are in memory at once. On a .zarrdb each batch is one
+        transaction.
+
+    Returns
+    -------
+    CopyResult
+
+    Raises
+    ------
+    FileExistsError
+        If `dest` holds something below `dest_path` and `if_exists="raise"`.
+    FileNotFoundError
+        If the source holds nothing below `path`, or a source path does not exist.
+    zarrdb.errors.InvalidKeyError
+        For a key the destination cannot hold safely (a `..` segment, an absolute name, a
+        NUL; on a zip file or on Windows also a backslash or a drive letter), before
+        anything is written.
+    zarrdb.errors.UnsafeZipError
+        For a zip source with an entry that cannot be read safely (a zip bomb's tricks).
+    zarrdb.errors.CopyMismatchError
+        If `verify` finds a difference (a new destination is then not put in place).
+    """
+    from zarr.core.sync import sync
+
+    return sync(
+        copy_async(
+            source, dest, path=path, dest_path=dest_path, if_exists=if_exists, verify=verify,
+            callback=callback, batch_bytes=batch_bytes,
+        )
+    )  # fmt: skip
+
+
+async def copy_async(
+    source: Any,
+    dest: Any,
+    *,
+    path: str = "",
+    dest_path: str | None = None,
+    if_exists: IfExists = "raise",
+    verify: bool = False,
+    callback: ProgressCallback | None = None,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+) -> CopyResult:
+    """The asynchronous form of [`copy`][zarrdb.copy], for code already in an event loop."""
+    if if_exists not in ("raise", "replace", "skip"):
+        raise ValueError(f"if_exists must be 'raise', 'replace' or 'skip', not {if_exists!r}")
+    if batch_bytes < 1:
+        raise ValueError(f"batch_bytes must be positive, not {batch_bytes!r}")
+    started = time.perf_counter()
+    src = await _open_source(source)
+    try:
+        dst = await _open_dest(dest, if_exists, dest_path)
+        try:
+            result = await _copy(src, dst, path, dest_path, if_exists, verify, callback, batch_bytes)
+            dst.put_in_place()
+        except BaseException:
+            dst.abandon()
+            raise
+    finally:
+        src.close()
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+@dataclass
+class _Source:
+    store: Store
+    prefix: str  # of a StorePath
+    owned: bool
+    zip_entries: list[tuple[str, int]] | None = None
+
+    def close(self) -> None:
+        if self.owned:
+            self.store.close()
+
+
+@dataclass
+class _Dest:
+    store: Store | None  # None: a new zip file, written by `zip_path`
+    prefix: str
+    owned: bool
+    kind: str  # "zarrdb" | "zip" | "ozx" | "dir" | "other"
+    existed: bool  # whether what it names existed before (False: it is built at `temporary`)
+    temporary: str | None = None
+    final: str | None = None
+    zip_target: engine.ZipTarget | None = None
+
+    @property
+    def flavour(self) -> str:
+        """The key rules of what the destination writes: a zip is unzipped anywhere."""
+        if self.kind in ("zip", "ozx"):
+            return "windows"
+        if self.kind == "dir":
+            return "windows" if os.name == "nt" else "posix"
+        return "store"
+
+    def put_in_place(self) -> None:
+        if self.owned and self.store is not None:
+            self.store.close()
+        if self.temporary is not None and self.final is not None:
+            if os.path.isdir(self.final) and not os.path.islink(self.final):
+                os.rename(self.final, os.path.join(os.path.dirname(self.temporary), "replaced"))
+            os.replace(self.temporary, self.final)
+            _places.discard(self.temporary)
+
+    def abandon(self) -> None:
+        if self.zip_target is not None:
+            self.zip_target.abandon()
+        if self.owned and self.store is not None:
+            self.store.close()
+        if self.temporary is not None:
+            _places.discard(self.temporary)
+
+
+def _local_path(value: Any) -> str | None:
+    """The local path a str or PathLike names, or None (a URL, or not a path at all)."""
+    if isinstance(value, os.PathLike) and type(value).__module__.startswith("pathlib"):
+        return str(os.fspath(value))
+    if isinstance(value, str) and "://" not in value:
+        return value
+    return None
+
+
+def _sniff(path: str) -> str:
+    """'zarrdb', 'zip' or 'other' by the first bytes of an existing file."""
+    with open(path, "rb") as f:
+        head = f.read(len(_SQLITE_HEADER))
+    if head == _SQLITE_HEADER:
+        return "zarrdb"
+    import zipfile
+
+    return "zip" if zipfile.is_zipfile(path) else "other"
+
+
+async def _open_source(source: Any) -> _Source:
+    from zarr.abc.store import Store
+    from zarr.storage import LocalStore, StorePath, ZipStore
+
+    from zarrdb import SQLiteStore, remote
+
+    if isinstance(source, StorePath):
+        await source.store._ensure_open()
+        return await _checked_source(source.store, source.path, owned=False)
+    if isinstance(source, Store):
+        await source._ensure_open()
+        return await _checked_source(source, "", owned=False)
+    local = _local_path(source)
+    if local is not None:
+        if os.path.isdir(local):
+            store: Store = LocalStore(local, read_only=True)
+        elif not os.path.exists(local):
+            raise FileNotFoundError(f"{local}: no such file or directory")
+        elif _sniff(local) == "zarrdb":
+            from zarrdb.zarr2 import Zarr2SQLiteStore, is_zarr2_file
+
+            store = (Zarr2SQLiteStore if is_zarr2_file(local) else SQLiteStore)(
+                local, read_only=True
+            )
+        elif _sniff(local) == "zip":
+            entries = _zipfiles.inspect_zip(local)
+            store = await ZipStore.open(local, mode="r", read_only=True)
+            return _Source(store, "", True, entries)
+        else:
+            raise ValueError(f"{local}: is neither a .zarrdb file, a zip file nor a directory")
+        await store._ensure_open()
+        return _Source(store, "", True)
+    if isinstance(source, str) and remote.is_url(source):
+        lower = source.split("?", 1)[0].lower()
+        if lower.endswith(_ZARRDB_SUFFIXES):
+            remote_store = SQLiteStore(source, read_only=True)
+            await remote_store._ensure_open()
+            return _Source(remote_store, "", True)
+        if _zipfiles.is_zip_name(lower):
+            raise ValueError(f"{source}: a zip file at a URL is not read in place; download it")
+    from zarr.storage._common import make_store_path  # what zarr's own functions accept
+
+    store_path = await make_store_path(source, mode="r")
+    return await _checked_source(store_path.store, store_path.path, owned=True)
+
+
+async def _checked_source(store: Store, prefix: str, *, owned: bool) -> _Source:
+    from zarr.storage import ZipStore
+
+    entries = None
+    if isinstance(store, ZipStore) and store.path is not None:
+        entries = _zipfiles.inspect_zip(store.path)
+    return _Source(store, prefix, owned, entries)
+
+
+async def _open_dest(dest: Any, if_exists: IfExists, dest_path: str | None) -> _Dest:
+    from zarr.abc.store import Store
+    from zarr.storage import LocalStore, StorePath, ZipStore
+
+    from zarrdb import SQLiteStore
+
+    if isinstance(dest, StorePath | Store):
+        store = dest.store if isinstance(dest, StorePath) else dest
+        if store.read_only:
+            raise ValueError(f"{store}: the destination store is read-only")
+        await store._ensure_open()
+        kind = "zip" if isinstance(store, ZipStore) else "other"
+        prefix = dest.path if isinstance(dest, StorePath) else ""
+        return _Dest(store, prefix, False, kind, existed=True)
+    local = _local_path(dest)
+    if local is None:
+        single_file = _ZARRDB_SUFFIXES + _zipfiles.ZIP_SUFFIXES
+        if isinstance(dest, str) and dest.split("?", 1)[0].lower().endswith(single_file):
+            raise ValueError(
+                f"{dest}: a .zarrdb or zip file is written locally; upload it when complete "
+                "(zarrdb.remote.upload, or `zarrdb copy` on the command line)"
+            )
+        from zarr.storage._common import make_store_path
+
+        store_path = await make_store_path(dest, mode="a")
+        return _Dest(store_path.store, store_path.path, True, "other", existed=True)
+    lower = local.lower()
+    exists = os.path.lexists(local)
+    if exists and os.path.isdir(local):
+        kind = "dir"
+    elif exists:
+        kind = {"zarrdb": "zarrdb", "zip": "ozx" if lower.endswith(".ozx") else "zip"}.get(
+            _sniff(local), ""
+        )
+        if not kind:
+            raise ValueError(f"{local}: is neither a .zarrdb file, a zip file nor a directory")
+    elif lower.endswith(_ZARRDB_SUFFIXES):
+        kind = "zarrdb"
+    elif _zipfiles.is_zip_name(lower):
+        kind = "ozx" if lower.endswith(".ozx") else "zip"
+    else:
+        kind = "dir"
+    if kind in ("zip", "ozx"):
+        if exists and not (if_exists == "replace" and not (dest_path or "").strip("/")):
+            raise FileExistsError(
+                f"{local}: exists already, and a zip file is written whole: give a new file, or "
+                "replace it entirely (if_exists='replace', dest_path='')"
+            )
+        temporary = _places.temporary_sibling(local)
+        _places.make_private(temporary)
+        return _Dest(None, "", True, kind, exists, temporary, local)
+    if exists:
+        store = (
+            SQLiteStore(local) if kind == "zarrdb" else LocalStore(local, read_only=False)
+        )
+        await store._ensure_open()
+        return _Dest(store, "", True, kind, existed=True, final=local)
+    temporary = _places.temporary_sibling(local)
+    _places.make_private(temporary)
+    try:
+        store = SQLiteStore(temporary) if kind == "zarrdb" else LocalStore(temporary)
+        await store._ensure_open()
+    except BaseException:
+        _places.discard(temporary)
+        raise
+    return _Dest(store, "", True, kind, False, temporary, local)
+
+
+def _inner(path: str, what: str) -> str:
+    """A group path as a key prefix ("" or "a/b/"); ValueError for one that climbs out."""
+    path = path.strip("/")
+    if path:
+        problem = _format.key_problem(path)
+        if problem:
+            raise errors.InvalidKeyError(f"{what} {path!r}: {problem}")
+    return f"{path}/" if path else ""
+
+
+def _join(prefix: str, inner: str) -> str:
+    prefix = prefix.strip("/")
+    return f"{prefix}/{inner}" if prefix else inner
+
+
+async def _copy(
+    src: _Source, dst: _Dest, path: str, dest_path: str | None, if_exists: IfExists,
+    verify: bool, callback: ProgressCallback | None, batch_bytes: int,
+) -> CopyResult:  # fmt: skip
+    src_prefix = _join(src.prefix, _inner(path, "path"))
+    dst_prefix = _join(dst.prefix, _inner(path if dest_path is None else dest_path, "dest_path"))
+    _refuse_overlap(src, dst, src_prefix, dst_prefix)
+    listing = await engine.key_sizes(src.store, src_prefix, src.zip_entries)
+    if not listing:
+        raise FileNotFoundError(f"{src.store}: holds nothing at {path.strip('/') or '/'!r}")
+    items = [engine.Item(k, dst_prefix + k[len(src_prefix) :], n) for k, n in listing]
+    for it in items:
+        problem = _format.key_problem(it.dst, dst.flavour)
+        if problem:
+            raise errors.InvalidKeyError(
+                f"invalid key {it.src!r} (as {it.dst!r} in the destination): {problem}; "
+                "nothing was written"
+            )
+    _require_inside(src, dst, items)
+    kept: list[engine.Item] = []
+    if dst.store is not None and dst.existed:
+        present = {key async for key in dst.store.list_prefix(dst_prefix)}
+        if present and if_exists == "raise":
+            raise FileExistsError(
+                f"{dst.store}: holds data at {dst_prefix.rstrip('/') or '/'!r}; pass "
+                "if_exists='replace' to replace it, or 'skip' to keep what is there"
+            )
+        if present and if_exists == "replace":
+            await dst.store.delete_dir(dst_prefix)
+        elif present:
+            kept = [it for it in items if it.dst in present]
+            items = [it for it in items if it.dst not in present]
+    if callback is not None:
+        callback.set_size(len(items))
+    if dst.store is None:  # a new zip file: RFC-9's layout
+        assert dst.temporary is not None
+        items = engine.rfc9_first(items)
+        comment = await _ozx_comment(src, items) if dst.kind == "ozx" else b""
+        dst.zip_target = engine.ZipTarget(dst.temporary, comment)
+        tally = await engine.pipeline(
+            src.store, dst.zip_target.write, items, batch_bytes, callback, verify
+        )
+        dst.zip_target.finish()
+        dst.zip_target = None
+    else:
+        from zarr.storage import ZipStore
+
+        target = dst.store
+        ordered = (
+            engine.rfc9_first(items) if isinstance(target, ZipStore) else engine.metadata_last(items)
+        )
+
+        async def write(pairs: list[tuple[str, Any]]) -> None:
+            await engine.write_batch_to_store(target, pairs)
+
+        tally = await engine.pipeline(src.store, write, ordered, batch_bytes, callback, verify)
+    if verify:
+        await _verify(src, dst, tally.written + kept, dst_prefix, batch_bytes)
+    return CopyResult(tally.keys, tally.bytes, len(kept), tally.batches, 0.0, verify)
+
+
+def _refuse_overlap(src: _Source, dst: _Dest, src_prefix: str, dst_prefix: str) -> None:
+    """ValueError for a copy into its own source (it would read what it writes, or replace
+    what it reads)."""
+    same = dst.store is not None and src.store == dst.store
+    here, there = _location(src.store), dst.final or (dst.store and _location(dst.store))
+    if not same and here and there and os.path.exists(here) and os.path.exists(there):
+        same = os.path.samefile(here, there)
+    if not same:
+        return
+    if dst.store is None or src_prefix.startswith(dst_prefix) or dst_prefix.startswith(src_prefix):
+        raise ValueError("the destination overlaps the source: copy to another place")
+
+
+def _location(store: Store) -> str | None:
+    """The local file or directory of a store, if it has one."""
+    from zarr.storage import LocalStore, ZipStore
+
+    from zarrdb import SQLiteStore
+
+    if isinstance(store, LocalStore):
+        return str(store.root)
+    if isinstance(store, ZipStore | SQLiteStore) and "://" not in str(store.path):
+        return str(store.path)
+    return None
+
+
+def _require_inside(src: _Source, dst: _Dest, items: list[engine.Item]) -> None:
+    """PermissionError if a symbolic link leads a key of a directory store outside it (for a
+    source: its value would be read from elsewhere; for a destination: written elsewhere)."""
+    from zarr.storage import LocalStore
+
+    checks = []
+    if isinstance(src.store, LocalStore):
+        checks.append((str(src.store.root), [it.src for it in items], "source"))
+    if isinstance(dst.store, LocalStore) and dst.existed:
+        checks.append((str(dst.store.root), [it.dst for it in items], "destination"))
+    for root, keys, role in checks:
+        found = _places.outside(root, keys)
+        if found is not None:
+            key, target = found
+            raise PermissionError(
+                f"{root}: {key!r} leads through a symbolic link to {target}, outside the "
+                f"{role}; nothing was copied"
+            )
+
+
+async def _ozx_comment(src: _Source, items: list[engine.Item]) -> bytes:
+    """RFC-9's archive comment from the root `zarr.json` copied, or none (with a warning)
+    where the hierarchy declares no OME-Zarr version."""
+    import warnings
+
+    root = next((it for it in items if it.dst == "zarr.json"), None)
+    if root is None:
+        raise ValueError(
+            "an .ozx file holds one OME-Zarr hierarchy at its root, and the copy has no root "
+            "zarr.json: copy a group to dest_path='' (or write a .zip)"
+        )
+    (value,) = await engine.read_batch(src.store, [root.src])
+    version = _zipfiles.ome_version(None if value is None else value.to_bytes())
+    if version is None:
+        warnings.warn(
+            "the root zarr.json declares no OME-Zarr version (attributes.ome.version): the .ozx "
+            "is written without RFC-9's archive comment",
+            stacklevel=4,
+        )
+        return b""
+    return _zipfiles.ome_comment(version)
+
+
+async def _verify(
+    src: _Source, dst: _Dest, items: list[engine.Item], prefix: str, batch_bytes: int
+) -> None:
+    from zarr.storage import ZipStore
+
+    check: Store | None = dst.store
+    opened = None
+    if check is None:  # the new zip file, read back through zarr's own ZipStore
+        assert dst.temporary is not None
+        check = opened = await ZipStore.open(dst.temporary, mode="r", read_only=True)
+    try:
+        mismatches = await engine.compare(src.store, check, items, prefix, batch_bytes)
+    finally:
+        if opened is not None:
+            opened.close()
+    if mismatches:
+        raise errors.CopyMismatchError(mismatches)
+
