@@ -289,7 +289,7 @@ async def _open_dest(dest: Any, if_exists: IfExists, dest_path: str | None) -> _
         if store.read_only:
             raise ValueError(f"{store}: the destination store is read-only")
         await store._ensure_open()
-        kind = "zip" if isinstance(store, ZipStore) else "other"
+        kind = _kind_of(store)
         prefix = dest.path if isinstance(dest, StorePath) else ""
         return _Dest(store, prefix, False, kind, existed=True)
     local = _local_path(dest)
@@ -298,7 +298,7 @@ async def _open_dest(dest: Any, if_exists: IfExists, dest_path: str | None) -> _
         if isinstance(dest, str) and dest.split("?", 1)[0].lower().endswith(single_file):
             raise ValueError(
                 f"{dest}: a .zarrdb or zip file is written locally; upload it when complete "
-                "(zarrdb.remote.upload, or `zarrdb copy` on the command line)"
+                "(`zarrdb copy FILE URL` uploads a .zarrdb)"
             )
         from zarr.storage._common import make_store_path
 
@@ -344,6 +344,19 @@ async def _open_dest(dest: Any, if_exists: IfExists, dest_path: str | None) -> _
         _places.discard(temporary)
         raise
     return _Dest(store, "", True, kind, False, temporary, local)
+
+
+def _kind_of(store: Store) -> str:
+    """What a given store writes to, for the rules its keys follow."""
+    from zarr.storage import LocalStore, ZipStore
+
+    from zarrdb import SQLiteStore
+
+    if isinstance(store, ZipStore):
+        return "zip"
+    if isinstance(store, LocalStore):
+        return "dir"
+    return "zarrdb" if isinstance(store, SQLiteStore) else "other"
 
 
 def _inner(path: str, what: str) -> str:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 ZARRDB_SUFFIXES = (".zarrdb", ".sqlite", ".sqlite3", ".db")
+ZIP_SUFFIXES = (".zip", ".ozx")  # .ozx: OME-Zarr's zipped form (RFC-9)
 STORE_KINDS = "a .zarrdb file, a .zip file, a directory or a URL"
 # For the help of the commands that take a URL.
 URL_HELP = (
@@ -317,9 +318,9 @@ def classify(path: str, role: str, storage_options: Mapping[str, Any] | None = N
         if (
             kind == "empty"
             and role == "destination"
-            and lower.endswith(ZARRDB_SUFFIXES + (".zip",))
+            and lower.endswith(ZARRDB_SUFFIXES + ZIP_SUFFIXES)
         ):
-            return Location(path, "zip" if lower.endswith(".zip") else "zarrdb", False)
+            return Location(path, "zip" if lower.endswith(ZIP_SUFFIXES) else "zarrdb", False)
         raise BadInput(
             f"{path}: is neither a .zarrdb file, a .zip file nor a directory"
             + ("; choose another destination" if role == "destination" else "")
@@ -331,7 +332,7 @@ def classify(path: str, role: str, storage_options: Mapping[str, Any] | None = N
         raise BadInput(f"{path}: the folder {parent} does not exist; create it first")
     if lower.endswith(ZARRDB_SUFFIXES):
         return Location(path, "zarrdb", False)
-    if lower.endswith(".zip"):
+    if lower.endswith(ZIP_SUFFIXES):
         return Location(path, "zip", False)
     return Location(path, "dir", False)
 
