@@ -6,7 +6,8 @@ already), with ZIP64 fields in every local and central header and a ZIP64 end re
 the size, as RFC-9 recommends ("irrespective of the ZIP file size"). The caller gives the
 entries in RFC-9's order (`rfc9_order`: the root `zarr.json` first, the other `zarr.json`
 files breadth-first, then everything else); the central directory follows the same order. An
-`.ozx` carries `{"ome": {"version": ...}}` as its archive comment (`ome_comment`).
+`.ozx` carries `{"ome": {"version": ...}}` as its archive comment (`ome_comment`), with the
+`jsonFirst` flag other writers add.
 
 Reading (`inspect_zip`): a zip from a stranger can claim anything. Before a value is read, each
 entry must be a plain file entry (not encrypted, no duplicate name), stored or deflated, with
@@ -91,8 +92,11 @@ def ome_version(root_metadata: bytes | None) -> str | None:
 
 
 def ome_comment(version: str) -> bytes:
-    """RFC-9's archive comment: UTF-8 JSON naming the OME-Zarr version."""
-    return json.dumps({"ome": {"version": version}}, separators=(",", ":")).encode()
+    """RFC-9's archive comment: UTF-8 JSON naming the OME-Zarr version, with the `jsonFirst`
+    flag by which readers (ngff-zarr, iohub) know that the central directory lists the
+    `zarr.json` files first and can stop reading it after them."""
+    ome = {"version": version, "zipFile": {"centralDirectory": {"jsonFirst": True}}}
+    return json.dumps({"ome": ome}, separators=(",", ":")).encode()
 
 
 def _dos_time(moment: float) -> tuple[int, int]:
