@@ -156,21 +156,57 @@ def batches(items: Sequence[Item], limit: int) -> Iterator[list[Item]]:
         yield batch
 
 
+# A directory's files are read and written in this many worker threads per batch, each taking
+# a run of the batch: a thread hop per small file would cost more than the file (the copy's
+# benchmark, directory to directory, 4,096 files of 16 KiB).
+_FILE_THREADS = 4
+
+
+def _by_file(store: Store) -> bool:
+    """Whether the store is a directory with synchronous file calls (zarr's LocalStore)."""
+    from zarr.storage import LocalStore
+
+    return isinstance(store, LocalStore) and hasattr(store, "get_sync") and hasattr(store, "set_sync")
+
+
+def _runs(n: int) -> list[range]:
+    step = max(1, -(-n // _FILE_THREADS))
+    return [range(start, min(n, start + step)) for start in range(0, n, step)]
+
+
 async def read_batch(store: Store, keys: list[str]) -> list[Buffer | None]:
     from zarr.core.buffer import default_buffer_prototype
 
-    return await store.get_partial_values(default_buffer_prototype(), [(k, None) for k in keys])
+    proto = default_buffer_prototype()
+    if _by_file(store):
+        get = store.get_sync  # type: ignore[attr-defined]
+
+        def read(run: range) -> list[Buffer | None]:
+            return [get(keys[i], prototype=proto) for i in run]
+
+        parts = await asyncio.gather(*(asyncio.to_thread(read, run) for run in _runs(len(keys))))
+        return [value for part in parts for value in part]
+    return await store.get_partial_values(proto, [(k, None) for k in keys])
 
 
 Writer = Callable[[list[tuple[str, "Buffer"]]], Any]
 
 
 async def write_batch_to_store(store: Store, pairs: list[tuple[str, Buffer]]) -> None:
-    """One transaction on a .zarrdb; concurrent writes elsewhere."""
+    """One transaction on a .zarrdb; runs of files in a few threads for a directory;
+    concurrent writes elsewhere."""
     from zarrdb import SQLiteStore
 
     if isinstance(store, SQLiteStore):
         await store.set_many(pairs)
+    elif _by_file(store):
+        put = store.set_sync  # type: ignore[attr-defined]
+
+        def write(run: range) -> None:
+            for i in run:
+                put(*pairs[i])
+
+        await asyncio.gather(*(asyncio.to_thread(write, run) for run in _runs(len(pairs))))
     else:
         await asyncio.gather(*(store.set(key, value) for key, value in pairs))
 
