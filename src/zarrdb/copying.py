@@ -280,7 +280,7 @@ async def _checked_source(store: Store, prefix: str, *, owned: bool) -> _Source:
 
 async def _open_dest(dest: Any, if_exists: IfExists, dest_path: str | None) -> _Dest:
     from zarr.abc.store import Store
-    from zarr.storage import LocalStore, StorePath, ZipStore
+    from zarr.storage import LocalStore, StorePath
 
     from zarrdb import SQLiteStore
 

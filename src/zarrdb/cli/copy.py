@@ -28,12 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "source",
         metavar="SRC",
-        help="a .zarrdb file (also at a URL), a .zip file, a directory, or a URL (fsspec)",
+        help="a .zarrdb file (also at a URL), a .zip or .ozx file, a directory, or a URL (fsspec)",
     )
     parser.add_argument(
         "dest",
         metavar="DST",
-        help="where to copy to: a .zarrdb or .zip path, a directory, or a URL",
+        help="where to copy to: a .zarrdb, .zip or .ozx path, a directory, or a URL",
     )
     parser.add_argument(
         "--path",
@@ -62,8 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=common.byte_size,
         default=DEFAULT_BATCH_BYTES,
         metavar="N",
-        help="values held in memory and written per transaction, at most N bytes "
-        "(one larger value goes alone); accepts 64M, 1G (default: 64M)",
+        help="values read and written together (one transaction on a .zarrdb), at most N "
+        "bytes (one larger value goes alone); at most three batches are in memory; accepts "
+        "64M, 1G (default: 64M)",
     )
     progress = parser.add_mutually_exclusive_group()
     progress.add_argument(
@@ -75,11 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     progress.add_argument("--no-progress", dest="progress", action="store_false")
     parser.epilog = common.epilog(
-        "Values are copied byte for byte (no decoding), in batches of at most --batch-bytes,\n"
-        "each written in one transaction. The kind of store is told by the file's content for\n"
-        "existing files, else by the name: .zarrdb (also .sqlite, .db) and .zip are files,\n"
-        "anything with '://' is a URL (see below), and anything\n"
-        "else is a directory. A new .zarrdb, .zip or directory is written under a temporary name\n"
+        "Values are copied byte for byte (no decoding) by zarrdb.copy, in batches of at most\n"
+        "--batch-bytes, the next batch read while the last is written. The kind of store is told\n"
+        "by the file's content for existing files, else by the name: .zarrdb (also .sqlite, .db),\n"
+        ".zip and .ozx are files, anything with '://' is a URL (see below), and anything else is\n"
+        "a directory. A new zip file is written in the layout of OME-Zarr's RFC-9 (entries\n"
+        "stored, ZIP64, zarr.json first; an .ozx names its OME-Zarr version in the archive\n"
+        "comment). A new .zarrdb, zip file or directory is written under a temporary name\n"
         "and renamed into place when complete, so an interrupted copy leaves nothing behind.\n"
         + stores.URL_HELP
         + "\nA whole .zarrdb at a URL copied to a new .zarrdb file is downloaded byte for byte;\n"
@@ -88,6 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "SQLiteStore is read as it is: copied to a new .zarrdb, it becomes a SQLiteStore 1.0 file.",
         "zarrdb copy data.zarr data.zarrdb            # directory store -> one file",
         "zarrdb copy data.zarrdb data.zip --verify",
+        "zarrdb copy image.zarrdb image.ozx          # OME-Zarr's zipped form, to publish",
+        "zarrdb copy image.ozx image.zarrdb          # and back, to work in",
         "zarrdb copy data.zarrdb small.zarrdb --path /climate/temperature --dest-path /",
         "zarrdb copy s3://bucket/data.zarr data.zarrdb   # needs fsspec and s3fs",
         "zarrdb copy s3://bucket/data.zarrdb data.zarr --storage-option region=eu-west-1",

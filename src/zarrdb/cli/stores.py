@@ -15,7 +15,7 @@ import contextlib
 import os
 import urllib.parse
 import zipfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -23,7 +23,6 @@ from zarrdb import errors, remote
 from zarrdb.cli.framework import BadInput, one_line
 
 if TYPE_CHECKING:
-    from zarr.abc.buffer import Buffer
     from zarr.abc.store import Store
 
     from zarrdb import SQLiteStore
@@ -413,12 +412,3 @@ async def key_sizes(store: Store, where: Location, prefix: str) -> list[tuple[st
         out.extend(await asyncio.gather(*(store.getsize(k) for k in keys[start : start + 512])))
     return list(zip(keys, out))
 
-
-async def write_many(store: Store, pairs: Iterable[tuple[str, Buffer]]) -> None:
-    """Write every (key, value): one transaction on a .zarrdb, concurrent writes elsewhere."""
-    from zarrdb import SQLiteStore
-
-    if isinstance(store, SQLiteStore):
-        await store.set_many(pairs)
-    else:
-        await asyncio.gather(*(store.set(key, value) for key, value in pairs))
