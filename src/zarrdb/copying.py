@@ -79,8 +79,10 @@ def copy(
     if_exists
         What to do when `dest` holds something below `dest_path`: `"raise"` (the default)
         raises FileExistsError before anything is written; `"replace"` deletes what is there
-        first, so that the copy holds exactly the source's keys; `"skip"` keeps each key the
-        destination holds already and copies the others (resuming an interrupted copy).
+        first, so that the copy holds exactly the source's keys (never what holds no Zarr
+        metadata document, such as a folder of other files: FileExistsError); `"skip"` keeps
+        each key the destination holds already and copies the others (resuming an
+        interrupted copy).
     verify
         Read the copy back and compare every value with what was read from the source
         (a digest per value; keys kept by `"skip"` are compared with the source itself).
@@ -205,8 +207,8 @@ class _Dest:
 
 def _local_path(value: Any) -> str | None:
     """The local path a str or PathLike names, or None (a URL, or not a path at all)."""
-    if isinstance(value, os.PathLike) and type(value).__module__.startswith("pathlib"):
-        return str(os.fspath(value))
+    if isinstance(value, os.PathLike) and not type(value).__module__.startswith("upath"):
+        return str(os.fspath(value))  # a UPath may name a URL: zarr decides
     if isinstance(value, str) and "://" not in value:
         return value
     return None
@@ -402,6 +404,13 @@ async def _copy(
                 "if_exists='replace' to replace it, or 'skip' to keep what is there"
             )
         if present and if_exists == "replace":
+            if not any(_zipfiles.is_metadata(key) for key in present):
+                # What holds no Zarr metadata is no hierarchy: a folder of other files, which
+                # a copy must never delete.
+                raise FileExistsError(
+                    f"{dst.store}: holds data at {dst_prefix.rstrip('/') or '/'!r} that is no "
+                    "Zarr hierarchy (no zarr.json, .zgroup or .zarray); refusing to replace it"
+                )
             await dst.store.delete_dir(dst_prefix)
         elif present:
             kept = [it for it in items if it.dst in present]

@@ -181,6 +181,16 @@ def test_if_exists(tmp_path):
         zarrdb.copy(source, dest, if_exists="overwrite")  # type: ignore[arg-type]
 
 
+def test_replace_never_deletes_what_is_no_zarr_hierarchy(tmp_path):
+    folder = tmp_path / "home"
+    (folder / "notes").mkdir(parents=True)
+    (folder / "notes" / "todo.txt").write_text("keep me")
+    with pytest.raises(FileExistsError, match="no Zarr hierarchy"):
+        zarrdb.copy(_source("memory", tmp_path, SAMPLE), folder, if_exists="replace")
+    assert (folder / "notes" / "todo.txt").read_text() == "keep me"
+    assert sorted(p.name for p in folder.rglob("*")) == ["notes", "todo.txt"]
+
+
 def test_skip_then_verify_compares_the_kept_keys_with_the_source(tmp_path):
     source = _source("memory", tmp_path, SAMPLE)
     dest = MemoryStore({})
