@@ -125,9 +125,12 @@ def test_the_command_line_both_ways(ome_file, tmp_path, capsys):
         assert zf.infolist()[0].filename == "zarr.json" and zf.comment == b""
 
 
-def test_an_ozx_needs_the_root_of_a_hierarchy(ome_file, tmp_path):
+def test_an_ozx_needs_the_root_of_a_hierarchy(ome_file, tmp_path, capsys):
     with pytest.raises(ValueError, match="root"):
         zarrdb.copy(ome_file, tmp_path / "part.ozx", path="scale0", dest_path="elsewhere")
+    assert list(tmp_path.glob("part*")) == [] and not list(tmp_path.glob(".part*"))
+    code, _, err = run_here(capsys, "copy", ome_file, tmp_path / "part.ozx", "--path", "scale0")
+    assert code == 2 and "root" in err and "internal" not in err
     assert list(tmp_path.glob("part*")) == [] and not list(tmp_path.glob(".part*"))
 
 

@@ -285,6 +285,8 @@ async def transfer(src: Any, plan: Plan, args: argparse.Namespace, progress: Pro
                 raise BadInput(f"{plan.source.path}: {exc}") from None
             except errors.UnsafeZipError as exc:
                 raise BadInput(str(exc)) from None
+            except ValueError as exc:  # what the copy cannot do, e.g. an .ozx of a sub-tree
+                raise BadInput(f"{plan.dest.path}: {exc}") from None
         outcome.keys, outcome.bytes, outcome.batches = result.keys, result.bytes, result.batches
         if plan.temporary:
             outputs.put_in_place(plan.temporary, plan.dest.path, local_source(plan))
