@@ -15,10 +15,12 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from zarrdb import _copy_ends as ends
 from zarrdb import _copy_engine as engine
 from zarrdb import _format, _places, _zipfiles, errors
+from zarrdb._copy_ends import IfExists
 from zarrdb._copy_engine import ProgressCallback
 
 if TYPE_CHECKING:
@@ -27,9 +29,6 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_BATCH_BYTES", "CopyResult", "ProgressCallback", "copy", "copy_async"]
 
 DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
-IfExists = Literal["raise", "replace", "skip"]
-_SQLITE_HEADER = b"SQLite format 3\x00"
-_ZARRDB_SUFFIXES = (".zarrdb", ".sqlite", ".sqlite3", ".db")
 
 
 @dataclass
@@ -140,9 +139,9 @@ async def copy_async(
     if batch_bytes < 1:
         raise ValueError(f"batch_bytes must be positive, not {batch_bytes!r}")
     started = time.perf_counter()
-    src = await _open_source(source)
+    src = await ends.open_source(source)
     try:
-        dst = await _open_dest(dest, if_exists, dest_path)
+        dst = await ends.open_dest(dest, if_exists, dest_path)
         try:
             result = await _copy(src, dst, path, dest_path, if_exists, verify, callback, batch_bytes)
             dst.put_in_place()
@@ -153,212 +152,6 @@ async def copy_async(
         src.close()
     result.seconds = time.perf_counter() - started
     return result
-
-
-@dataclass
-class _Source:
-    store: Store
-    prefix: str  # of a StorePath
-    owned: bool
-    zip_entries: list[tuple[str, int]] | None = None
-
-    def close(self) -> None:
-        if self.owned:
-            self.store.close()
-
-
-@dataclass
-class _Dest:
-    store: Store | None  # None: a new zip file, written by `zip_path`
-    prefix: str
-    owned: bool
-    kind: str  # "zarrdb" | "zip" | "ozx" | "dir" | "other"
-    existed: bool  # whether what it names existed before (False: it is built at `temporary`)
-    temporary: str | None = None
-    final: str | None = None
-    zip_target: engine.ZipTarget | None = None
-
-    @property
-    def flavour(self) -> str:
-        """The key rules of what the destination writes: a zip is unzipped anywhere."""
-        if self.kind in ("zip", "ozx"):
-            return "windows"
-        if self.kind == "dir":
-            return "windows" if os.name == "nt" else "posix"
-        return "store"
-
-    def put_in_place(self) -> None:
-        if self.owned and self.store is not None:
-            self.store.close()
-        if self.temporary is not None and self.final is not None:
-            if os.path.isdir(self.final) and not os.path.islink(self.final):
-                os.rename(self.final, os.path.join(os.path.dirname(self.temporary), "replaced"))
-            os.replace(self.temporary, self.final)
-            _places.discard(self.temporary)
-
-    def abandon(self) -> None:
-        if self.zip_target is not None:
-            self.zip_target.abandon()
-        if self.owned and self.store is not None:
-            self.store.close()
-        if self.temporary is not None:
-            _places.discard(self.temporary)
-
-
-def _local_path(value: Any) -> str | None:
-    """The local path a str or PathLike names, or None (a URL, or not a path at all)."""
-    if isinstance(value, os.PathLike) and not type(value).__module__.startswith("upath"):
-        return str(os.fspath(value))  # a UPath may name a URL: zarr decides
-    if isinstance(value, str) and "://" not in value:
-        return value
-    return None
-
-
-def _sniff(path: str) -> str:
-    """'zarrdb', 'zip' or 'other' by the first bytes of an existing file."""
-    with open(path, "rb") as f:
-        head = f.read(len(_SQLITE_HEADER))
-    if head == _SQLITE_HEADER:
-        return "zarrdb"
-    import zipfile
-
-    return "zip" if zipfile.is_zipfile(path) else "other"
-
-
-async def _open_source(source: Any) -> _Source:
-    from zarr.abc.store import Store
-    from zarr.storage import LocalStore, StorePath, ZipStore
-
-    from zarrdb import SQLiteStore, remote
-
-    if isinstance(source, StorePath):
-        await source.store._ensure_open()
-        return await _checked_source(source.store, source.path, owned=False)
-    if isinstance(source, Store):
-        await source._ensure_open()
-        return await _checked_source(source, "", owned=False)
-    local = _local_path(source)
-    if local is not None:
-        if os.path.isdir(local):
-            store: Store = LocalStore(local, read_only=True)
-        elif not os.path.exists(local):
-            raise FileNotFoundError(f"{local}: no such file or directory")
-        elif _sniff(local) == "zarrdb":
-            from zarrdb.zarr2 import Zarr2SQLiteStore, is_zarr2_file
-
-            store = (Zarr2SQLiteStore if is_zarr2_file(local) else SQLiteStore)(
-                local, read_only=True
-            )
-        elif _sniff(local) == "zip":
-            entries = _zipfiles.inspect_zip(local)
-            store = await ZipStore.open(local, mode="r", read_only=True)
-            return _Source(store, "", True, entries)
-        else:
-            raise ValueError(f"{local}: is neither a .zarrdb file, a zip file nor a directory")
-        await store._ensure_open()
-        return _Source(store, "", True)
-    if isinstance(source, str) and remote.is_url(source):
-        lower = source.split("?", 1)[0].lower()
-        if lower.endswith(_ZARRDB_SUFFIXES):
-            remote_store = SQLiteStore(source, read_only=True)
-            await remote_store._ensure_open()
-            return _Source(remote_store, "", True)
-        if _zipfiles.is_zip_name(lower):
-            raise ValueError(f"{source}: a zip file at a URL is not read in place; download it")
-    from zarr.storage._common import make_store_path  # what zarr's own functions accept
-
-    store_path = await make_store_path(source, mode="r")
-    return await _checked_source(store_path.store, store_path.path, owned=True)
-
-
-async def _checked_source(store: Store, prefix: str, *, owned: bool) -> _Source:
-    from zarr.storage import ZipStore
-
-    entries = None
-    if isinstance(store, ZipStore) and store.path is not None:
-        entries = _zipfiles.inspect_zip(store.path)
-    return _Source(store, prefix, owned, entries)
-
-
-async def _open_dest(dest: Any, if_exists: IfExists, dest_path: str | None) -> _Dest:
-    from zarr.abc.store import Store
-    from zarr.storage import LocalStore, StorePath
-
-    from zarrdb import SQLiteStore
-
-    if isinstance(dest, StorePath | Store):
-        store = dest.store if isinstance(dest, StorePath) else dest
-        if store.read_only:
-            raise ValueError(f"{store}: the destination store is read-only")
-        await store._ensure_open()
-        kind = _kind_of(store)
-        prefix = dest.path if isinstance(dest, StorePath) else ""
-        return _Dest(store, prefix, False, kind, existed=True)
-    local = _local_path(dest)
-    if local is None:
-        single_file = _ZARRDB_SUFFIXES + _zipfiles.ZIP_SUFFIXES
-        if isinstance(dest, str) and dest.split("?", 1)[0].lower().endswith(single_file):
-            raise ValueError(
-                f"{dest}: a .zarrdb or zip file is written locally; upload it when complete "
-                "(`zarrdb copy FILE URL` uploads a .zarrdb)"
-            )
-        from zarr.storage._common import make_store_path
-
-        store_path = await make_store_path(dest, mode="a")
-        return _Dest(store_path.store, store_path.path, True, "other", existed=True)
-    lower = local.lower()
-    exists = os.path.lexists(local)
-    if exists and os.path.isdir(local):
-        kind = "dir"
-    elif exists:
-        kind = {"zarrdb": "zarrdb", "zip": "ozx" if lower.endswith(".ozx") else "zip"}.get(
-            _sniff(local), ""
-        )
-        if not kind:
-            raise ValueError(f"{local}: is neither a .zarrdb file, a zip file nor a directory")
-    elif lower.endswith(_ZARRDB_SUFFIXES):
-        kind = "zarrdb"
-    elif _zipfiles.is_zip_name(lower):
-        kind = "ozx" if lower.endswith(".ozx") else "zip"
-    else:
-        kind = "dir"
-    if kind in ("zip", "ozx"):
-        if exists and not (if_exists == "replace" and not (dest_path or "").strip("/")):
-            raise FileExistsError(
-                f"{local}: exists already, and a zip file is written whole: give a new file, or "
-                "replace it entirely (if_exists='replace', dest_path='')"
-            )
-        temporary = _places.temporary_sibling(local)
-        _places.make_private(temporary)
-        return _Dest(None, "", True, kind, exists, temporary, local)
-    if exists:
-        store = (
-            SQLiteStore(local) if kind == "zarrdb" else LocalStore(local, read_only=False)
-        )
-        await store._ensure_open()
-        return _Dest(store, "", True, kind, existed=True, final=local)
-    temporary = _places.temporary_sibling(local)
-    _places.make_private(temporary)
-    try:
-        store = SQLiteStore(temporary) if kind == "zarrdb" else LocalStore(temporary)
-        await store._ensure_open()
-    except BaseException:
-        _places.discard(temporary)
-        raise
-    return _Dest(store, "", True, kind, False, temporary, local)
-
-
-def _kind_of(store: Store) -> str:
-    """What a given store writes to, for the rules its keys follow."""
-    from zarr.storage import LocalStore, ZipStore
-
-    from zarrdb import SQLiteStore
-
-    if isinstance(store, ZipStore):
-        return "zip"
-    if isinstance(store, LocalStore):
-        return "dir"
-    return "zarrdb" if isinstance(store, SQLiteStore) else "other"
 
 
 def _inner(path: str, what: str) -> str:
@@ -377,7 +170,7 @@ def _join(prefix: str, inner: str) -> str:
 
 
 async def _copy(
-    src: _Source, dst: _Dest, path: str, dest_path: str | None, if_exists: IfExists,
+    src: ends.Source, dst: ends.Dest, path: str, dest_path: str | None, if_exists: IfExists,
     verify: bool, callback: ProgressCallback | None, batch_bytes: int,
 ) -> CopyResult:  # fmt: skip
     src_prefix = _join(src.prefix, _inner(path, "path"))
@@ -444,7 +237,7 @@ async def _copy(
     return CopyResult(tally.keys, tally.bytes, len(kept), tally.batches, 0.0, verify)
 
 
-def _refuse_overlap(src: _Source, dst: _Dest, src_prefix: str, dst_prefix: str) -> None:
+def _refuse_overlap(src: ends.Source, dst: ends.Dest, src_prefix: str, dst_prefix: str) -> None:
     """ValueError for a copy into its own source (it would read what it writes, or replace
     what it reads)."""
     same = dst.store is not None and src.store == dst.store
@@ -470,7 +263,7 @@ def _location(store: Store) -> str | None:
     return None
 
 
-def _require_inside(src: _Source, dst: _Dest, items: list[engine.Item]) -> None:
+def _require_inside(src: ends.Source, dst: ends.Dest, items: list[engine.Item]) -> None:
     """PermissionError if a symbolic link leads a key of a directory store outside it (for a
     source: its value would be read from elsewhere; for a destination: written elsewhere)."""
     from zarr.storage import LocalStore
@@ -490,7 +283,7 @@ def _require_inside(src: _Source, dst: _Dest, items: list[engine.Item]) -> None:
             )
 
 
-async def _ozx_comment(src: _Source, items: list[engine.Item]) -> bytes:
+async def _ozx_comment(src: ends.Source, items: list[engine.Item]) -> bytes:
     """RFC-9's archive comment from the root `zarr.json` copied, or none (with a warning)
     where the hierarchy declares no OME-Zarr version."""
     import warnings
@@ -514,7 +307,7 @@ async def _ozx_comment(src: _Source, items: list[engine.Item]) -> bytes:
 
 
 async def _verify(
-    src: _Source, dst: _Dest, items: list[engine.Item], prefix: str, batch_bytes: int
+    src: ends.Source, dst: ends.Dest, items: list[engine.Item], prefix: str, batch_bytes: int
 ) -> None:
     from zarr.storage import ZipStore
 
