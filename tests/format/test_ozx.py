@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 import zarr
 from ngff_zarr.rfc9_zip import read_ozx_json_first, read_ozx_version
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
 from zarr.storage import FsspecStore, ZipStore
 
 import zarrdb
@@ -142,3 +144,24 @@ def test_a_plain_hierarchy_as_ozx_has_no_comment(tmp_path):
         zarrdb.copy(path, tmp_path / "plain.ozx")
     with zipfile.ZipFile(tmp_path / "plain.ozx") as zf:
         assert zf.comment == b"" and zf.infolist()[0].filename == "zarr.json"
+
+
+def test_more_entries_than_the_classic_end_record_counts(tmp_path):
+    """65,536 entries and more: the classic end record says 0xFFFF ("see the ZIP64 record"),
+    and readers take the count from the ZIP64 end record."""
+    from zarrdb._zipfiles import write_zip
+
+    path = tmp_path / "many.zip"
+    count = 0x10000 + 3
+    write_zip(str(path), ((f"a/c/{i}", i.to_bytes(4, "little")) for i in range(count)))
+    raw = path.read_bytes()
+    classic = raw[raw.rindex(b"PK\x05\x06") :]
+    assert struct.unpack("<HH", classic[8:12]) == (0xFFFF, 0xFFFF)
+    with zipfile.ZipFile(path) as zf:
+        infos = zf.infolist()
+        assert len(infos) == count
+        assert zf.read(infos[-1]) == (count - 1).to_bytes(4, "little")
+    store = ZipStore(path, mode="r")
+    value = sync(store.get("a/c/65538", default_buffer_prototype()))
+    assert value is not None and value.to_bytes() == (65538).to_bytes(4, "little")
+    store.close()
