@@ -24,6 +24,7 @@ sqlite_version, sqlite_source_id, compile_options = _library_info()
 __all__ = ["__version__", "compile_options", "errors", "sqlite_source_id", "sqlite_version"]
 
 from zarrdb._sigterm import exit_on_sigterm  # noqa: E402
+from zarrdb.copying import CopyResult, copy, copy_async  # noqa: E402
 from zarrdb.store import SQLiteStore  # noqa: E402
 
-__all__ += ["SQLiteStore", "exit_on_sigterm"]
+__all__ += ["CopyResult", "SQLiteStore", "copy", "copy_async", "exit_on_sigterm"]

@@ -40,6 +40,8 @@ __all__ = [
     "RemoteFileChangedError",
     "RemoteWriteError",
     "UnclosedFileError",
+    "UnsafeZipError",
+    "CopyMismatchError",
     "sqlite_error",
 ]
 
@@ -195,6 +197,27 @@ class UnclosedFileError(FormatError):
     """The file is still in WAL mode: the program writing it has not closed it, and part of its
     data may live in a ``-wal`` file beside it. Close the store (zarrdb leaves a closed file in
     DELETE mode) before copying or publishing the file."""
+
+
+class UnsafeZipError(ZarrDBError, ValueError):
+    """A zip file holds an entry that is not read safely: encrypted, named twice, compressed
+    beyond what its method allows, overlapping another entry or lying outside the archive."""
+
+
+class CopyMismatchError(ZarrDBError):
+    """A copy checked after writing (``verify=True``) differs from its source.
+
+    Attributes
+    ----------
+    mismatches : list of str
+        One line per difference.
+    """
+
+    def __init__(self, mismatches: list[str]) -> None:
+        self.mismatches = list(mismatches)
+        shown = "; ".join(self.mismatches[:5])
+        more = f" (and {len(self.mismatches) - 5:,} more)" if len(self.mismatches) > 5 else ""
+        super().__init__(f"the copy differs from its source: {shown}{more}")
 
 
 class InvalidKeyError(ZarrDBError, ValueError):

@@ -9,15 +9,16 @@ a whole .zarrdb at a URL copied to a new .zarrdb is downloaded byte for byte ins
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from zarrdb import conformance, remote
+from zarrdb import conformance, errors, remote
 from zarrdb.cli import common, hierarchy, outputs, plans, publish, stores
-from zarrdb.cli.plans import Plan, Progress, batches, verify
+from zarrdb.cli.plans import Plan, Progress, verify
 from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput, say
 
 DEFAULT_BATCH_BYTES = 64 * 1024 * 1024
@@ -27,12 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "source",
         metavar="SRC",
-        help="a .zarrdb file (also at a URL), a .zip file, a directory, or a URL (fsspec)",
+        help="a .zarrdb file (also at a URL), a .zip or .ozx file, a directory, or a URL (fsspec)",
     )
     parser.add_argument(
         "dest",
         metavar="DST",
-        help="where to copy to: a .zarrdb or .zip path, a directory, or a URL",
+        help="where to copy to: a .zarrdb, .zip or .ozx path, a directory, or a URL",
     )
     parser.add_argument(
         "--path",
@@ -61,8 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=common.byte_size,
         default=DEFAULT_BATCH_BYTES,
         metavar="N",
-        help="values held in memory and written per transaction, at most N bytes "
-        "(one larger value goes alone); accepts 64M, 1G (default: 64M)",
+        help="values read and written together (one transaction on a .zarrdb), at most N "
+        "bytes (one larger value goes alone); at most three batches are in memory; accepts "
+        "64M, 1G (default: 64M)",
     )
     progress = parser.add_mutually_exclusive_group()
     progress.add_argument(
@@ -74,11 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     progress.add_argument("--no-progress", dest="progress", action="store_false")
     parser.epilog = common.epilog(
-        "Values are copied byte for byte (no decoding), in batches of at most --batch-bytes,\n"
-        "each written in one transaction. The kind of store is told by the file's content for\n"
-        "existing files, else by the name: .zarrdb (also .sqlite, .db) and .zip are files,\n"
-        "anything with '://' is a URL (see below), and anything\n"
-        "else is a directory. A new .zarrdb, .zip or directory is written under a temporary name\n"
+        "Values are copied byte for byte (no decoding) by zarrdb.copy, in batches of at most\n"
+        "--batch-bytes, the next batch read while the last is written. The kind of store is told\n"
+        "by the file's content for existing files, else by the name: .zarrdb (also .sqlite, .db),\n"
+        ".zip and .ozx are files, anything with '://' is a URL (see below), and anything else is\n"
+        "a directory. A new zip file is written in the layout of OME-Zarr's RFC-9 (entries\n"
+        "stored, ZIP64, zarr.json first; an .ozx names its OME-Zarr version in the archive\n"
+        "comment). A new .zarrdb, zip file or directory is written under a temporary name\n"
         "and renamed into place when complete, so an interrupted copy leaves nothing behind.\n"
         + stores.URL_HELP
         + "\nA whole .zarrdb at a URL copied to a new .zarrdb file is downloaded byte for byte;\n"
@@ -87,6 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "SQLiteStore is read as it is: copied to a new .zarrdb, it becomes a SQLiteStore 1.0 file.",
         "zarrdb copy data.zarr data.zarrdb            # directory store -> one file",
         "zarrdb copy data.zarrdb data.zip --verify",
+        "zarrdb copy image.zarrdb image.ozx          # OME-Zarr's zipped form, to publish",
+        "zarrdb copy image.ozx image.zarrdb          # and back, to work in",
         "zarrdb copy data.zarrdb small.zarrdb --path /climate/temperature --dest-path /",
         "zarrdb copy s3://bucket/data.zarr data.zarrdb   # needs fsspec and s3fs",
         "zarrdb copy s3://bucket/data.zarrdb data.zarr --storage-option region=eu-west-1",
@@ -249,35 +255,39 @@ async def _holds_hierarchy(store: Any, prefix: str) -> bool:
 
 
 async def transfer(src: Any, plan: Plan, args: argparse.Namespace, progress: Progress) -> Outcome:
-    """Copy the values in batches; a new store is renamed into place only when complete."""
-    from zarr.buffer import default_buffer_prototype
+    """Copy the values with zarrdb.copy; a new store is renamed into place only when complete.
+    A new zip file is written whole, in RFC-9's layout."""
+    import zarrdb
 
-    proto = default_buffer_prototype()
     outcome = Outcome()
     if plan.temporary:
         outputs.make_private(plan.temporary)
     started = time.perf_counter()
     try:
-        dst = await stores.open_store(
-            plan.dest, at=plan.temporary, read_only=False, busy_timeout=args.busy_timeout,
-            zip_mode="w" if plan.temporary else "a",
-        )  # fmt: skip
-        with stores.closing(dst):
-            if plan.clear_first:
-                await dst.delete_dir(plan.dst_prefix)
+        if plan.dest.kind == "zip" and plan.temporary:
+            dst: Any = plan.temporary  # a path: zarrdb.copy writes the zip file itself
+        else:
+            dst = await stores.open_store(
+                plan.dest, at=plan.temporary, read_only=False, busy_timeout=args.busy_timeout,
+                zip_mode="a",
+            )  # fmt: skip
+        with contextlib.ExitStack() as stack:
+            if not isinstance(dst, str):
+                stack.enter_context(stores.closing(dst))
             task = progress.task("copy", len(plan.listing), plan.total_bytes)
-            for batch in batches(plan.listing, args.batch_bytes):
-                keys = [key for key, _ in batch]
-                values = await src.get_partial_values(proto, [(k, None) for k in keys])
-                gone = next((k for k, v in zip(keys, values) if v is None), None)
-                if gone is not None:
-                    raise BadInput(f"{plan.source.path}: the key {gone!r} vanished during the copy")
-                await stores.write_many(dst, zip(map(plan.dest_key, keys), values))
-                nbytes = sum(size for _, size in batch)
-                outcome.keys += len(keys)
-                outcome.bytes += nbytes
-                outcome.batches += 1
-                progress.advance(task, len(keys), nbytes)
+            try:
+                result = await zarrdb.copy_async(
+                    src, dst, path=plan.src_path, dest_path=plan.dst_path,
+                    if_exists="replace" if plan.clear_first else "raise",
+                    callback=_Bar(progress, task), batch_bytes=args.batch_bytes,
+                )  # fmt: skip
+            except FileNotFoundError as exc:
+                raise BadInput(f"{plan.source.path}: {exc}") from None
+            except errors.UnsafeZipError as exc:
+                raise BadInput(str(exc)) from None
+            except ValueError as exc:  # what the copy cannot do, e.g. an .ozx of a sub-tree
+                raise BadInput(f"{plan.dest.path}: {exc}") from None
+        outcome.keys, outcome.bytes, outcome.batches = result.keys, result.bytes, result.batches
         if plan.temporary:
             outputs.put_in_place(plan.temporary, plan.dest.path, local_source(plan))
     except BaseException:
@@ -286,6 +296,37 @@ async def transfer(src: Any, plan: Plan, args: argparse.Namespace, progress: Pro
         raise
     outcome.seconds = time.perf_counter() - started
     return outcome
+
+
+class _Bar:
+    """zarrdb.copy's progress callback (fsspec's interface), shown on the progress bar: keys
+    from the copy's own counts, bytes from each value's branch."""
+
+    def __init__(self, progress: Progress, task: Any) -> None:
+        self.progress, self.task = progress, task
+
+    def set_size(self, size: int) -> None:
+        """The bar was sized from the plan."""
+
+    def relative_update(self, inc: int = 1) -> None:
+        self.progress.advance(self.task, inc, 0)
+
+    def branched(self, path_1: str, path_2: str, **kwargs: Any) -> _Bytes:
+        return _Bytes(self)
+
+
+class _Bytes:
+    def __init__(self, bar: _Bar) -> None:
+        self.bar = bar
+
+    def set_size(self, size: int) -> None:
+        """One value's size: its bytes come with relative_update."""
+
+    def relative_update(self, inc: int = 1) -> None:
+        self.bar.progress.advance(self.bar.task, 0, inc)
+
+    def close(self) -> None:
+        """Nothing to release."""
 
 
 def local_source(plan: Plan) -> str | None:

@@ -15,7 +15,7 @@ import contextlib
 import os
 import urllib.parse
 import zipfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -23,13 +23,13 @@ from zarrdb import errors, remote
 from zarrdb.cli.framework import BadInput, one_line
 
 if TYPE_CHECKING:
-    from zarr.abc.buffer import Buffer
     from zarr.abc.store import Store
 
     from zarrdb import SQLiteStore
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 ZARRDB_SUFFIXES = (".zarrdb", ".sqlite", ".sqlite3", ".db")
+ZIP_SUFFIXES = (".zip", ".ozx")  # .ozx: OME-Zarr's zipped form (RFC-9)
 STORE_KINDS = "a .zarrdb file, a .zip file, a directory or a URL"
 # For the help of the commands that take a URL.
 URL_HELP = (
@@ -317,9 +317,9 @@ def classify(path: str, role: str, storage_options: Mapping[str, Any] | None = N
         if (
             kind == "empty"
             and role == "destination"
-            and lower.endswith(ZARRDB_SUFFIXES + (".zip",))
+            and lower.endswith(ZARRDB_SUFFIXES + ZIP_SUFFIXES)
         ):
-            return Location(path, "zip" if lower.endswith(".zip") else "zarrdb", False)
+            return Location(path, "zip" if lower.endswith(ZIP_SUFFIXES) else "zarrdb", False)
         raise BadInput(
             f"{path}: is neither a .zarrdb file, a .zip file nor a directory"
             + ("; choose another destination" if role == "destination" else "")
@@ -331,7 +331,7 @@ def classify(path: str, role: str, storage_options: Mapping[str, Any] | None = N
         raise BadInput(f"{path}: the folder {parent} does not exist; create it first")
     if lower.endswith(ZARRDB_SUFFIXES):
         return Location(path, "zarrdb", False)
-    if lower.endswith(".zip"):
+    if lower.endswith(ZIP_SUFFIXES):
         return Location(path, "zip", False)
     return Location(path, "dir", False)
 
@@ -412,12 +412,3 @@ async def key_sizes(store: Store, where: Location, prefix: str) -> list[tuple[st
         out.extend(await asyncio.gather(*(store.getsize(k) for k in keys[start : start + 512])))
     return list(zip(keys, out))
 
-
-async def write_many(store: Store, pairs: Iterable[tuple[str, Buffer]]) -> None:
-    """Write every (key, value): one transaction on a .zarrdb, concurrent writes elsewhere."""
-    from zarrdb import SQLiteStore
-
-    if isinstance(store, SQLiteStore):
-        await store.set_many(pairs)
-    else:
-        await asyncio.gather(*(store.set(key, value) for key, value in pairs))
