@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import warnings
 import weakref
 from typing import Any
 
@@ -54,7 +55,10 @@ def _close_all_at_exit() -> None:
     global _exiting
     _exiting = True
     for session in list(_sessions):
-        session.close()
+        try:
+            session.close()
+        except Exception as exc:  # noqa: BLE001 - the other stores are closed all the same
+            warnings.warn(f"closing {session.path!r} at exit failed: {exc!r}", stacklevel=1)
 
 
 os.register_at_fork(after_in_child=_forked)
