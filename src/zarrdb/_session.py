@@ -142,24 +142,29 @@ class Session:
         ClosedError in a transaction level whose file was closed)."""
         if self.read_only:
             raise ValueError("store was opened in read-only mode and does not support writing")
-        check_inside(self.key)
-        conns = self.connections()
-        check_inside(self.key)  # again: a close() in between fails it, or the writer
-        return conns
+        return self._for_write()
 
     def writing(self) -> Writing:
         """The writer of this process's connections; for a writable store only (the store
         checks that first). ClosedError in a transaction level whose file was closed or is the
         parent process's; NestingError in one rolled back by the level around it."""
-        check_inside(self.key)  # before: such a write does not even open the store again
-        writing = self.connections().writing
-        # And once the writer is in hand: a close() from another thread before this fails the
-        # check, one after it fails the write (the writer is closed); neither is written into
-        # the store opened again meanwhile.
-        check_inside(self.key)
+        writing = self._for_write().writing
         if writing is None:  # a writable store's connections have one until they are closed
             raise errors.ClosedError(f"the store {self.path!r} was closed meanwhile")
         return writing
+
+    def _for_write(self) -> Connections:
+        """The connections, unless the calling code is in a transaction level that can no
+        longer be written (_transactions.check_inside)."""
+        conns = self._conns
+        if conns is None or conns.pid != _PID or conns.closed:
+            check_inside(self.key)  # such a write does not even open the store again
+            conns = self.open()
+        # Checked with the connections in hand: a close() from another thread before this
+        # fails the check, one after it fails the write (its writer is closed); neither is
+        # written into the store opened again meanwhile.
+        check_inside(self.key)
+        return conns
 
     def read_pool(self) -> _remote.ReadPool:
         """The threads a remote store reads in (a new set after close())."""
