@@ -91,3 +91,46 @@ def test_ctrl_c_during_an_array_write_leaves_one_closed_file(tmp_path: Path) -> 
             assert con.execute("SELECT count(*) FROM zarr").fetchone()[0] > 0
         finally:
             con.close()
+
+
+_LATE_CHILD = r"""
+import atexit, sys
+
+def late():
+    try:
+        store.set_sync("late", buf(b"l"))
+        print("late: written", flush=True)
+    except Exception as exc:
+        print("late:", type(exc).__name__, flush=True)
+
+atexit.register(late)  # registered before zarrdb's own handler: runs after it
+from zarr.core.buffer import cpu
+from zarrdb import SQLiteStore
+
+buf = cpu.Buffer.from_bytes
+store = SQLiteStore(sys.argv[1], journal="wal")
+store.set_sync("k", buf(b"v"))
+"""
+
+
+def test_a_write_after_the_exit_handler_is_refused(tmp_path: Path) -> None:
+    """Once the program's exit handlers have closed the stores, a write (here from a later exit
+    handler; zarr's event-loop thread in real life) raises ClosedError instead of opening the
+    file again with nobody left to close it."""
+    path = tmp_path / "late.zarrdb"
+    proc = subprocess.run(
+        [sys.executable, "-c", _LATE_CHILD, str(path)],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=DEADLINE,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "late: ClosedError", (proc.stdout, proc.stderr)
+    assert os.listdir(tmp_path) == ["late.zarrdb"]
+    con = sqlite3.connect(path)
+    try:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        assert [k for (k,) in con.execute("SELECT k FROM zarr")] == ["k"]
+    finally:
+        con.close()
