@@ -31,7 +31,7 @@ from typing import Any
 from zarrdb import errors
 from zarrdb import remote as _remote
 from zarrdb._connections import Connections
-from zarrdb._transactions import check_inside
+from zarrdb._transactions import _INSIDE, check_inside
 from zarrdb._writing import Writing
 
 # This process's id, kept current across fork() without a system call per store call.
@@ -39,6 +39,7 @@ _PID = os.getpid()
 # Every session of this process, and whether the program is ending (no file opens any more).
 _sessions: weakref.WeakSet[Session] = weakref.WeakSet()
 _exiting = False
+_inside = _INSIDE.get  # the transaction levels the calling code is in (usually none)
 
 
 def _forked() -> None:
@@ -148,7 +149,10 @@ class Session:
         """The writer of this process's connections; for a writable store only (the store
         checks that first). ClosedError in a transaction level whose file was closed or is the
         parent process's; NestingError in one rolled back by the level around it."""
-        writing = self._for_write().writing
+        conns = self._conns
+        if conns is None or conns.pid != _PID or conns.closed or _inside():
+            conns = self._for_write()  # (the common case, written out: one call less)
+        writing = conns.writing
         if writing is None:  # a writable store's connections have one until they are closed
             raise errors.ClosedError(f"the store {self.path!r} was closed meanwhile")
         return writing
@@ -162,8 +166,10 @@ class Session:
             conns = self.open()
         # Checked with the connections in hand: a close() from another thread before this
         # fails the check, one after it fails the write (its writer is closed); neither is
-        # written into the store opened again meanwhile.
-        check_inside(self.key)
+        # written into the store opened again meanwhile. (Code in no transaction level, the
+        # common case, costs one look at the context.)
+        if _inside():
+            check_inside(self.key)
         return conns
 
     def read_pool(self) -> _remote.ReadPool:
