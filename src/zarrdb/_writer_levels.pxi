@@ -177,6 +177,14 @@ cdef int _end_level(Writer self, Level level, bint ok) except -1:
         )
     at = self._stack.index(level)
     outermost = at == 0
+    # The levels inside it are undone from this moment, before the wait for the connection
+    # below: the outermost level's wait marks the transaction's end as it starts, and a write
+    # of their code let through during the wait (which lasts until everything queued is
+    # written) would be committed on its own. (Looked at again once the connection is held:
+    # a level may open meanwhile.)
+    for each in self._stack[at + 1:]:
+        if (<Level>each).state == LEVEL_OPEN:
+            (<Level>each).state = LEVEL_UNDONE
     try:
         # Refused only once close() has started: the transaction stays marked open, so that the
         # writer puts nothing else on the connection, which is still inside it until close()
@@ -241,7 +249,8 @@ cdef int _end_level(Writer self, Level level, bint ok) except -1:
                     _level_sql(self, "RELEASE", level.depth)
     finally:
         for each in inner:
-            (<Level>each).state = LEVEL_UNDONE
+            if (<Level>each).state == LEVEL_OPEN:  # (not one whose block has ended it)
+                (<Level>each).state = LEVEL_UNDONE
         del self._stack[at:]
         level.state = LEVEL_OVER
         if outermost:

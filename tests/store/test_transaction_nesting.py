@@ -19,6 +19,7 @@ import contextlib
 import contextvars
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -360,3 +361,75 @@ def test_a_write_from_a_level_rolled_back_by_the_one_around_it_is_refused(
     assert isinstance(outcome["nested"], errors.NestingError), outcome
     assert committed(path) == set()
 
+
+
+def test_a_nested_level_is_undone_while_the_outer_end_waits_for_the_connection(
+    tmp_path: Path,
+) -> None:
+    """The outermost level's end marks the transaction over as soon as it asks for the
+    connection, then waits for it (here: another thread holds it). A write of the still-open
+    nested level's code during that wait must raise NestingError, not be committed on its own
+    after the rollback."""
+    path = tmp_path / "undone-while-waiting.zarrdb"
+    store = SQLiteStore(path)
+    writer = store._session.connections().writing.writer
+    outcome: dict[str, object] = {}
+    inside, leave, go, holding, let_go, wrote = (threading.Event() for _ in range(6))
+
+    def nested() -> None:
+        with store.transaction():
+            store.set_sync("inner/1", buf(b"1"))
+            inside.set()
+            wait(go)
+            try:
+                store.set_sync("inner/2", buf(b"2"))
+                outcome["inner/2"] = "done"
+            except errors.NestingError as exc:
+                outcome["inner/2"] = exc
+            finally:
+                wrote.set()
+
+    def outer() -> None:
+        with store.transaction():
+            store.set_sync("outer", buf(b"o"))
+            in_context(nested, outcome, "nested")
+            wait(leave)
+
+    def hold_the_connection() -> None:
+        def hold(db: object) -> None:
+            holding.set()
+            wait(let_go)
+
+        writer.call_holding(hold)
+
+    threads = [threading.Thread(target=attempt, args=(outer, outcome, "outer"), daemon=True)]
+    try:
+        threads[0].start()
+        wait(inside)
+        threads.append(threading.Thread(target=hold_the_connection, daemon=True))
+        threads[1].start()
+        wait(holding)
+        leave.set()
+        deadline = time.monotonic() + DEADLINE
+        while writer.stats()["hold_waiters"] != 1:  # the outer end waits for the connection
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        go.set()
+        assert wrote.wait(DEADLINE / 2), "the nested level's write waited for the commit"
+    finally:
+        for event in (leave, go, let_go):
+            event.set()
+        for t in threads:
+            t.join(DEADLINE)
+        store.close()
+    assert isinstance(outcome["inner/2"], errors.NestingError), outcome
+    assert isinstance(outcome["outer"], errors.NestingError), outcome
+    assert committed(path) == set()
+
+
+def attempt(fn, outcome: dict[str, object], name: str) -> None:
+    try:
+        fn()
+        outcome[name] = "done"
+    except BaseException as exc:  # noqa: BLE001 - checked by the caller
+        outcome[name] = exc
