@@ -433,3 +433,37 @@ def attempt(fn, outcome: dict[str, object], name: str) -> None:
         outcome[name] = "done"
     except BaseException as exc:  # noqa: BLE001 - checked by the caller
         outcome[name] = exc
+
+
+async def test_an_async_outer_block_ending_before_its_nested_task_rolls_back(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "async-outer-first.zarrdb"
+    store = SQLiteStore(path)
+    inside, outer_over = asyncio.Event(), asyncio.Event()
+    outcome: dict[str, object] = {}
+
+    async def nested() -> None:
+        try:
+            async with store.transaction():
+                await store.set("nested", buf(b"n"))
+                inside.set()
+                await outer_over.wait()
+            outcome["nested"] = "done"
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            outcome["nested"] = exc
+
+    try:
+        async with asyncio.timeout(DEADLINE):
+            with pytest.raises(errors.NestingError):
+                async with store.transaction():
+                    await store.set("outer", buf(b"o"))
+                    task = asyncio.create_task(nested())
+                    await inside.wait()
+            await store.set("later", buf(b"l"))
+            outer_over.set()
+            await task
+    finally:
+        store.close()
+    assert isinstance(outcome["nested"], errors.NestingError), outcome
+    assert committed(path) == {"later"}
