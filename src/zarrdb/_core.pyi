@@ -19,6 +19,30 @@ def _exit_transaction(self: Any, exc_type: Any, exc: Any, tb: Any) -> None:
     """Transaction.__exit__, compiled: ends the innermost level of `self.levels`."""
 
 @disjoint_base
+class Level:
+    """One level of an explicit transaction, on the writer it was opened on (for good)."""
+
+    def __new__(cls, writer: Writer, owner: object = None) -> Self: ...
+    @property
+    def writer(self) -> Writer: ...
+    @property
+    def owner(self) -> object: ...
+    @property
+    def token(self) -> int: ...
+    @property
+    def depth(self) -> int: ...
+    mark: Any
+    @property
+    def is_open(self) -> bool:
+        """Opened, and its block has not ended it."""
+    @property
+    def undone(self) -> bool:
+        """Rolled back because the level around it ended first; its block has not ended."""
+    @property
+    def usable(self) -> bool:
+        """Its writer can still be written: not closed, and of this process."""
+
+@disjoint_base
 class _Atomic:
     """Context manager from Database._atomic(): the outermost level is BEGIN IMMEDIATE ..
     COMMIT, inner levels are savepoints; an exception rolls back that level and propagates."""
@@ -305,13 +329,20 @@ class Writer:
         """The token of the open explicit transaction (0: none)."""
 
     def begin(self, inside: int, levels: list[int]) -> int:
-        """Open a level of explicit transaction (a savepoint inside `inside` if it is still
-        open); appends its token to `levels` the moment it is open, and returns it."""
+        """Open a level of explicit transaction (on top of the innermost open level if
+        `inside` is the open transaction's token); appends its token to `levels`, returns it."""
 
     def end(self, token: int, ok: bool, levels: list[int] | None = None) -> None:
-        """End the innermost level of transaction `token`: commit (or release its savepoint)
-        if `ok` and none of its writes failed, else roll back. Empties `levels` (the list
-        begin() put the token in) the moment the level is over."""
+        """End the innermost open level of transaction `token`: commit (or release its
+        savepoint) if `ok` and none of its writes failed, else roll back. Empties `levels`."""
+
+    def open_level(self, level: Level, parent: Level | None = None) -> None:
+        """Open `level` on top of `parent` (None: a new transaction); NestingError if another
+        level is open on top of `parent`."""
+
+    def end_level(self, level: Level, ok: bool) -> None:
+        """End `level`; one ending while levels inside it are open is rolled back with them
+        and raises NestingError."""
 
     @property
     def checkpoint_failures(self) -> tuple[int, int, int, int]:

@@ -89,6 +89,16 @@ class _Workers:
 _workers = _Workers()
 
 
+def _forked() -> None:
+    # The workers stayed in the parent, and one of them may have held the lock at fork().
+    _workers._lock = threading.Lock()
+    _workers._jobs, _workers._idle, _workers._pid = queue.SimpleQueue(), 0, os.getpid()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forked)
+
+
 def _schedule(function: Callable[..., Any], *args: Any) -> None:
     """Call `function(*args)` soon on a request thread (background read-ahead)."""
 

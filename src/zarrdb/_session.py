@@ -8,31 +8,62 @@ reaches the file only through its session:
 - `read_pool()`: the threads every read of a remote file runs in.
 
 Closing leaves one self-contained file on every path: `close()`, garbage collection of the
-store (its session goes with it), the end of the program.
+store (its session goes with it), the end of the program. At the end of the program every
+session is closed for good, under its lock: a thread still writing then (zarr's event-loop
+thread, a daemon, goes on after Ctrl-C has ended the main thread) gets ClosedError instead of
+opening the file again beside the one being closed.
+
+A transaction's levels keep the open file they were opened on: once it is closed, or in a
+forked child, the writes of their code raise ClosedError (_transactions.check_inside) instead of
+reopening the store. In a child, every lock of the sessions starts afresh: one a parent's
+thread held at fork() (close() waiting for a queued write, say) would never be let go.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
+import warnings
 import weakref
 from typing import Any
 
 from zarrdb import errors
 from zarrdb import remote as _remote
 from zarrdb._connections import Connections
+from zarrdb._transactions import _INSIDE, check_inside
 from zarrdb._writing import Writing
 
 # This process's id, kept current across fork() without a system call per store call.
 _PID = os.getpid()
+# Every session of this process, and whether the program is ending (no file opens any more).
+_sessions: weakref.WeakSet[Session] = weakref.WeakSet()
+_exiting = False
+_inside = _INSIDE.get  # the transaction levels the calling code is in (usually none)
 
 
 def _forked() -> None:
     global _PID
     _PID = os.getpid()
+    for session in list(_sessions):
+        session._lock = threading.Lock()
+        session._pool = None  # its threads stayed in the parent
+
+
+def _close_all_at_exit() -> None:
+    """Close every session for good. (Registered after zarr's own exit handler, so it runs
+    first, while zarr's event-loop thread may still be writing.)"""
+    global _exiting
+    _exiting = True
+    for session in list(_sessions):
+        try:
+            session.close()
+        except Exception as exc:  # noqa: BLE001 - the other stores are closed all the same
+            warnings.warn(f"closing {session.path!r} at exit failed: {exc!r}", stacklevel=1)
 
 
 os.register_at_fork(after_in_child=_forked)
+atexit.register(_close_all_at_exit)
 
 
 class Session:
@@ -59,6 +90,10 @@ class Session:
         self._closer: weakref.finalize[[], Session] | None = None
         self._lock = threading.Lock()
         self._pool: _remote.ReadPool | None = None  # a remote store's read threads
+        # What the transaction levels of this session name as theirs (not the session itself:
+        # a level kept in a context must not keep the session, and its file, alive).
+        self.key = object()
+        _sessions.add(self)
 
     @property
     def current(self) -> Connections | None:
@@ -76,6 +111,10 @@ class Session:
             conns = self._conns
             if conns is not None and conns.pid == os.getpid() and not conns.closed:
                 return conns
+            if _exiting:
+                raise errors.ClosedError(
+                    f"the store {self.path!r} was closed for good: the program is ending"
+                )
             remote = None
             if self.location is not None:
                 assert self.block_cache is not None  # given with the location
@@ -85,9 +124,12 @@ class Session:
             )
             conns.open()
             self._conns = conns
-            # Closed like close() when the session (with its store) is garbage-collected, or
-            # at the latest at interpreter exit: the file is always left whole, in DELETE mode.
+            # Closed like close() when the session (with its store) is garbage-collected, and
+            # at interpreter exit by _close_all_at_exit, under the lock (weakref's own exit
+            # handler would close it without the lock, after which a thread could open it
+            # again): the file is always left whole, in DELETE mode.
             self._closer = weakref.finalize(self, conns.close)
+            self._closer.atexit = False
             return conns
 
     def connections(self) -> Connections:
@@ -97,18 +139,38 @@ class Session:
         return conns
 
     def for_write(self) -> Connections:
-        """The connections, for a store that may write (zarr's error for a read-only one)."""
+        """The connections, for a store that may write (zarr's error for a read-only one;
+        ClosedError in a transaction level whose file was closed)."""
         if self.read_only:
             raise ValueError("store was opened in read-only mode and does not support writing")
-        return self.connections()
+        return self._for_write()
 
     def writing(self) -> Writing:
         """The writer of this process's connections; for a writable store only (the store
-        checks that first)."""
-        writing = self.connections().writing
+        checks that first). ClosedError in a transaction level whose file was closed or is the
+        parent process's; NestingError in one rolled back by the level around it."""
+        conns = self._conns
+        if conns is None or conns.pid != _PID or conns.closed or _inside():
+            conns = self._for_write()  # (the common case, written out: one call less)
+        writing = conns.writing
         if writing is None:  # a writable store's connections have one until they are closed
             raise errors.ClosedError(f"the store {self.path!r} was closed meanwhile")
         return writing
+
+    def _for_write(self) -> Connections:
+        """The connections, unless the calling code is in a transaction level that can no
+        longer be written (_transactions.check_inside)."""
+        conns = self._conns
+        if conns is None or conns.pid != _PID or conns.closed:
+            check_inside(self.key)  # such a write does not even open the store again
+            conns = self.open()
+        # Checked with the connections in hand: a close() from another thread before this
+        # fails the check, one after it fails the write (its writer is closed); neither is
+        # written into the store opened again meanwhile. (Code in no transaction level, the
+        # common case, costs one look at the context.)
+        if _inside():
+            check_inside(self.key)
+        return conns
 
     def read_pool(self) -> _remote.ReadPool:
         """The threads a remote store reads in (a new set after close())."""
@@ -133,12 +195,16 @@ class Session:
         try:
             with self._lock:
                 closer, self._closer = self._closer, None
-                self._conns = None
+                conns, self._conns = self._conns, None
                 pool, self._pool = self._pool, None
                 if pool is not None:
                     pool.cancel()  # reads waiting for the network end now, not after timeouts
                 if closer is not None:
-                    closer()
+                    # Called here, not through the finalizer: at exit, weakref's own handler
+                    # may have run already, after which a finalizer does nothing.
+                    closer.detach()
+                if conns is not None:
+                    conns.close()
         finally:
             if pool is not None:
                 pool.close()

@@ -629,9 +629,9 @@ cdef void _enqueue_ready(WState* w, WSub* s) noexcept nogil:
     w.tail = s
 
 
-# Tokens of explicit transactions, unique in the process (a context remembers the ones it is
-# inside: see _writing.Transaction).
+# Tokens of explicit transactions, unique in the process.
 include "_writer_ports.pxi"
+include "_writer_levels.pxi"
 
 
 cdef int64_t _cache_bytes(Database db) except -1:
@@ -665,6 +665,9 @@ cdef class Writer:
     cdef bint _closed
     cdef dict _owners  # address of a queued WSub -> its Submission (keeps it alive)
     cdef object _joined  # submissions that joined the transaction without a waiter, in order
+    # The open levels of the explicit transaction, outermost first (Level, _writer_levels.pxi);
+    # changed only by the caller holding the connection.
+    cdef list _stack
 
     def __cinit__(self):
         self.w = NULL
@@ -672,6 +675,7 @@ cdef class Writer:
         self._closed = False
         self._owners = {}
         self._joined = _deque()
+        self._stack = []
 
     def __init__(self, Database db, *, batch_bytes=64 << 20, queue_bytes=256 << 20,
                  blob_min=128 << 10, hold_spill_min=None, hold_spill_max=512 << 20, touch_sql=None, touch_every=0.5,
@@ -1072,145 +1076,45 @@ cdef class Writer:
         return self.w.txn if self.w.txn_open else 0
 
     def begin(self, int64_t inside, list levels):
-        """Open a level of explicit transaction: a savepoint in transaction `inside` if it is
-        still open (the caller works inside it), else a new transaction, once any other has
-        ended (BEGIN IMMEDIATE). Appends the transaction's token to `levels` the moment the
-        level is open (so that a caller interrupted right after can end it); returns it."""
-        global _next_token
-        cdef WState* w = self.w
-        cdef int64_t token
-        cdef int began = 0
-        cdef bint nested
-        with nogil:
-            zt_mutex_lock(&w.mu)
-            nested = inside != 0 and w.txn_open and w.txn == inside
-            zt_mutex_unlock(&w.mu)
-        if nested:
-            token = inside
-            self._hold(True, 0)
-        else:
-            _next_token += 1
-            token = _next_token
-            self._hold(True, token)
-        try:
-            if nested and not (w.txn_open and w.txn == token):
-                raise _errors.MisuseError(
-                    f"the transaction on {self.path!r} this block was opened inside has ended",
-                    code=SQLITE_MISUSE,
-                )
-            began = self.db._begin_if_needed(S_BEGIN_WRITE)
-            levels.append(token)
-            with nogil:
-                zt_mutex_lock(&w.mu)
-                w.txn_depth += 1
-                if not nested:
-                    # The mark: what was queued while this waited for the connection and the
-                    # lock is not the transaction's; it waits for its end.
-                    _defer_queued(w)
-                    w.txn = token
-                    w.txn_open = True
-                    w.txn_pending = False
-                zt_cond_broadcast(&w.done)
-                zt_mutex_unlock(&w.mu)
-        except BaseException:
-            if began:
-                self.db._finish(began, False)
-            if not nested:
-                with nogil:
-                    zt_mutex_lock(&w.mu)
-                    w.txn_pending = False
-                    zt_cond_broadcast(&w.done)
-                    zt_mutex_unlock(&w.mu)
-            raise
-        finally:
-            self._release()
-        return token
+        """Open a level of explicit transaction and return the transaction's token: a savepoint
+        on top of the innermost open level if `inside` is the open transaction's token (the
+        caller works inside it), else a new transaction, once any other has ended. Appends
+        the token to `levels`. (The form of the engine's tests; stores use open_level.)"""
+        cdef Level level = Level(self)
+        cdef Level parent = None
+        if inside != 0 and self._stack and (<Level>self._stack[0]).token == inside:
+            parent = self._stack[len(self._stack) - 1]
+        _open_level(self, level, parent)
+        levels.append(level.token)
+        return level.token
 
     def end(self, int64_t token, bint ok, list levels=None):
-        """End the innermost level of transaction `token`: once every write queued so far is
-        written, commit it (or release its savepoint) if `ok` and none of its writes failed,
-        else roll it back. Raises the first failed write's error, or why the commit failed.
-        `levels` (the list begin() put the token in): emptied the moment the level is over,
-        ended or past ending (the store closing), so that a caller interrupted around this
-        call knows whether to end it still."""
+        """End the innermost open level of transaction `token` (see end_level); `levels`, the
+        list begin() put the token in, is emptied whatever happens."""
         try:
-            self._end(token, ok)
+            if self._stack and (<Level>self._stack[0]).token == token:
+                _end_level(self, self._stack[len(self._stack) - 1], ok)
+            else:
+                self._check()
+                raise _errors.MisuseError(
+                    f"transaction {token} is not open on {self.path!r}", code=SQLITE_MISUSE
+                )
         finally:
             if levels is not None:
                 del levels[:]
 
-    cdef int _end(self, int64_t token, bint ok) except -1:
-        cdef WState* w = self.w
-        cdef bint outermost
-        cdef int rc
-        err = None
-        self._check()
-        if not (w.txn_open and w.txn_depth > 0 and w.txn == token):
-            raise _errors.MisuseError(
-                f"transaction {token} is not open on {self.path!r}", code=SQLITE_MISUSE
-            )
-        outermost = w.txn_depth == 1
-        # Refused only once close() has started (or in a forked child): the transaction stays
-        # marked open, so that the writer puts nothing else on the connection, which is still
-        # inside it until close() rolls it back.
-        self._hold(True, -1 if outermost else 0)
-        try:
-            try:
-                if w.txn_rc != SQLITE_OK:
-                    # A write of the transaction failed: this level ends with its error.
-                    ok = False
-                    try:
-                        err = _write_error(
-                            self, w.txn_rc, w.txn_xrc,
-                            w.txn_errmsg.decode("utf-8", "replace")
-                            if w.txn_errmsg != NULL else "",
-                            w.txn_errkey.decode("utf-8", "replace")
-                            if w.txn_errkey != NULL else "?",
-                        )
-                    finally:
-                        with nogil:
-                            zt_mutex_lock(&w.mu)
-                            _clear_transaction_error(w)
-                            zt_mutex_unlock(&w.mu)
-                if sqlite3_get_autocommit(self.db.db):
-                    # SQLite rolled the transaction back itself after an error inside it.
-                    if ok:
-                        err = _errors.SQLiteError(
-                            f"{self.path!r}: the transaction was rolled back after an error "
-                            "inside it; nothing of it was written",
-                            filename=self.path,
-                        )
-                elif ok and outermost and w.touch.st != NULL:
-                    with nogil:
-                        rc = _step_done(w.touch.st)
-                    if rc != SQLITE_OK:
-                        ok = False
-                        err = self.db._error(rc, "cannot record the modification time")
-            except BaseException:
-                ok = False  # e.g. a signal's exception while an error was being made
-                raise
-            finally:
-                # Whatever came in between (making an exception runs Python code, where a
-                # signal handler may run), the level is committed or rolled back.
-                if not sqlite3_get_autocommit(self.db.db):
-                    self.db._finish(1 if outermost else 2, ok)
-        finally:
-            if outermost:
-                self._forget_transaction()
-            else:
-                with nogil:
-                    zt_mutex_lock(&w.mu)
-                    w.txn_depth -= 1
-                    zt_mutex_unlock(&w.mu)
-            self._release()
-            if outermost and self._joined:
-                self._unpin()
-        if err is not None:
-            raise err
-        return 0
+    def open_level(self, Level level, Level parent=None):
+        """Open `level` on top of `parent`, the innermost open level the caller works inside
+        (None: a new transaction). NestingError if another level is open on top of `parent`."""
+        _open_level(self, level, parent)
+
+    def end_level(self, Level level, bint ok):
+        """End `level`: committed (or its savepoint released) if `ok`, else rolled back."""
+        _end_level(self, level, ok)
 
     cdef void _forget_transaction(self) noexcept:
         cdef WState* w = self.w
+        del self._stack[:]
         with nogil:
             zt_mutex_lock(&w.mu)
             w.txn = 0
@@ -1357,29 +1261,3 @@ cdef class _Holding:
         if self.held and self.writer is not None and self.writer.w != NULL:
             self.held = False
             self.writer._release()
-
-
-def _exit_transaction(self, exc_type, exc, tb):
-    """Transaction.__exit__ (zarrdb._writing), compiled: a `__exit__` written in Python can be
-    interrupted by a signal handler as it starts (CPython runs them at the start of every Python
-    function), which would leave the transaction open for good; here nothing runs Python code
-    until the level has ended. Ends the innermost level `self.levels[-1]` (a _Level: its
-    writer, the list `opened` begin() put the token in, and the context's `mark`): committed if
-    the block raised nothing, else rolled back."""
-    cdef list levels = self.levels
-    if not levels:
-        raise _errors.MisuseError("the transaction's block was not entered", code=SQLITE_MISUSE)
-    level = levels[len(levels) - 1]  # (the module is compiled without negative indexing)
-    try:
-        mark = level.mark
-        if mark is not None:
-            level.mark = None
-            try:
-                mark.var.reset(mark)
-            except (ValueError, RuntimeError):  # another context set it
-                pass
-        opened = level.opened
-        if opened:
-            level.writer.end(opened[0], exc_type is None, opened)
-    finally:
-        levels.remove(level)

@@ -17,7 +17,8 @@ first, waiting for room there.
 Explicit transactions (`store.transaction()`): the store object is the session, as an SQLite
 connection is. While one is open, every write through the store joins it, whatever thread,
 event loop or zarr worker it comes from; the writer decides that under its lock at the moment
-the write is queued, and marks the transaction's start and end the same way (see _writer.pxi).
+the write is queued, and marks the transaction's start and end the same way (see _writer.pxi);
+the transaction's levels are _transactions.py's.
 """
 
 from __future__ import annotations
@@ -28,11 +29,10 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from contextvars import ContextVar
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from zarrdb import _format
-from zarrdb._core import Database, Port, Writer, _exit_transaction
+from zarrdb._core import Database, Port, Writer
 from zarrdb._log import WriterEvents
 
 # One group commit takes at most this many bytes (the rest waits for the next): bounds a
@@ -94,15 +94,9 @@ VACUUM_MIN_PAGES = 16
 MODIFIED_AT_INTERVAL = 0.5
 
 T = TypeVar("T")
-S = TypeVar("S")  # the session a Transaction gives when entered (the store)
 
 # (kind, key, value): "set" | "set_if_absent" | "delete" | "delete_prefix"
 Op = tuple[str, str, Any]
-
-# The explicit transactions (their tokens) the current context works inside: a transaction()
-# entered there nests in the open one as a savepoint, where one entered elsewhere waits for it
-# to end. Which writes join a transaction is not decided here: all of the store's do.
-_INSIDE: ContextVar[tuple[int, ...]] = ContextVar("zarrdb_transactions", default=())
 
 
 class Writing:
@@ -526,119 +520,3 @@ def _settle(subs: list[Any]) -> None:
         elif not future.done():
             _resolve(future, sub.error())
 
-
-class _Level:
-    """One level of a Transaction entered: its writer, the list the writer puts the
-    transaction's token in the moment the level is open, and what resets the context's mark."""
-
-    __slots__ = ("writer", "opened", "mark")
-
-    def __init__(self, writer: Writer) -> None:
-        self.writer = writer
-        self.opened: list[int] = []
-        self.mark: Any = None
-
-    def inside(self) -> int:
-        """The open transaction the caller's context works inside (0: none)."""
-        current = self.writer.transaction
-        return current if current in _INSIDE.get() else 0
-
-    def entered(self) -> None:
-        self.mark = _INSIDE.set((*_INSIDE.get(), self.opened[0]))
-
-    def unmark(self) -> None:
-        if self.mark is not None:
-            with contextlib.suppress(ValueError, RuntimeError):  # another context set it
-                _INSIDE.reset(self.mark)
-            self.mark = None
-
-    def end(self, ok: bool) -> None:
-        """End the level if it is still open (the writer empties `opened` the moment it is
-        over, so a call after one that was interrupted, or after a failed one, does nothing)."""
-        self.unmark()
-        if self.opened:
-            self.writer.end(self.opened[0], ok, self.opened)
-
-    def abandon(self) -> None:
-        """Roll back the level if it was opened for a caller who is gone (interrupted by a
-        signal as begin() returned, or a cancelled task)."""
-        if self.opened:
-            with contextlib.suppress(Exception):
-                self.end(False)
-
-
-class Transaction(Generic[S]):
-    """`with store.transaction():` and `async with store.transaction():`.
-
-    The store object is the session: while the block is open, every write through the store
-    joins the transaction, from any thread, event loop or zarr worker, and every read through
-    it sees the transaction's writes; other store objects and processes see only what is
-    committed. A transaction() entered inside the block (the same context: the code of the
-    block, tasks and threads started with its context) nests as a savepoint, undone if it
-    raises; entered anywhere else, it waits for the open one to end."""
-
-    def __init__(self, store: S, writing: Callable[[], Writing]) -> None:
-        self.store = store  # what entering gives
-        self.writing = writing  # the store's writer (raises if the store may not write)
-        self.levels: list[_Level] = []
-
-    def _level(self) -> _Level:
-        writing = self.writing()
-        writing.queue_bursts_here()  # the loop's writes before the block are not its own
-        return _Level(writing.writer)
-
-    def _forget(self, level: _Level) -> None:
-        """Roll back `level` if it opened, and drop it (its __enter__ failed or was
-        interrupted)."""
-        level.abandon()
-        if level in self.levels:
-            self.levels.remove(level)
-
-    def __enter__(self) -> S:
-        # Ctrl-C or SIGTERM may raise at any point where Python runs signal handlers: as a
-        # function starts, and as a call into compiled code returns. From the moment the level
-        # is listed until __enter__ returns, any of them rolls back what was opened. (A
-        # `return` runs no handler, and the with statement protects the block from there.)
-        level = self._level()
-        try:
-            self.levels.append(level)
-            level.writer.begin(level.inside(), level.opened)
-            level.entered()
-        except BaseException:
-            self._forget(level)
-            raise
-        return self.store
-
-    # Compiled (zarrdb._core): a __exit__ written in Python could be interrupted as it starts,
-    # before the level has ended, leaving the transaction open for good.
-    __exit__ = _exit_transaction
-
-    async def __aenter__(self) -> S:
-        # In a worker thread: waiting for another transaction, for the writes queued before,
-        # or for another process's lock must not stop the event loop, which may be running
-        # this transaction's own work. The context's mark is set here, in the coroutine.
-        level = self._level()
-        self.levels.append(level)
-        begin = asyncio.ensure_future(
-            asyncio.to_thread(level.writer.begin, level.inside(), level.opened)
-        )
-        try:
-            await asyncio.shield(begin)
-            level.entered()
-        except BaseException:
-            self.levels.remove(level)
-            if begin.done():
-                level.abandon()
-            else:  # cancelled: the thread goes on; end what it opens
-                begin.add_done_callback(lambda _: level.abandon())
-            raise
-        return self.store
-
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        level = self.levels.pop()
-        level.unmark()
-        # Shielded: a task cancelled while the commit runs must not leave it half done.
-        ending = asyncio.to_thread(
-            level.writer.end, level.opened[0], exc_type is None, level.opened
-        )
-        await asyncio.shield(ending)

@@ -36,6 +36,7 @@ __all__ = [
     "ClosedError",
     "ConcurrentUseError",
     "ForkedProcessError",
+    "NestingError",
     "RemoteReadError",
     "RemoteFileChangedError",
     "RemoteWriteError",
@@ -237,6 +238,13 @@ class ConcurrentUseError(ZarrDBError, RuntimeError):
 class ForkedProcessError(ZarrDBError, RuntimeError):
     """A connection opened in a parent process was used in a child after ``fork()``. Open the
     database again in the child (a pickled ``SQLiteStore`` reopens by itself)."""
+
+
+class NestingError(ZarrDBError, RuntimeError):
+    """A level of a transaction broke the nesting rule (docs/guide/transactions.md): it was
+    entered beside another open level of the same transaction (from a sibling task or thread),
+    or a level ended while a level inside it was still open, which rolls back that level with
+    everything inside it. Writes from the code of a level rolled back that way raise it too."""
 
 
 # SQLite's primary result codes (sqlite3.h), by name. The engine checks at import that they

@@ -231,6 +231,17 @@ _shared: OrderedDict[tuple[Any, ...], RemoteObject] = OrderedDict()
 _shared_lock = threading.Lock()
 
 
+def _forked() -> None:
+    # A thread of the parent may have held the lock at fork(); the child opens its own files.
+    global _shared_lock
+    _shared_lock = threading.Lock()
+    _shared.clear()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forked)
+
+
 def open_shared(
     location: RemoteLocation, cache: BlockCache, *, expect_etag: str | None = None
 ) -> RemoteObject:

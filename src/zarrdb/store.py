@@ -27,7 +27,8 @@ from zarrdb._file_ops import FileOperations
 from zarrdb._opening import DEFAULT_CACHE_KIB, DEFAULT_MMAP_BYTES
 from zarrdb._reading import Reads
 from zarrdb._session import Session
-from zarrdb._writing import Transaction, Writing
+from zarrdb._transactions import Transaction
+from zarrdb._writing import Writing
 
 if TYPE_CHECKING:
     from typing import Self
@@ -352,15 +353,18 @@ class SQLiteStore(FileOperations, Reads, Store):
         task, rolled back if the block raises; reads through it see the transaction's writes,
         other store objects and processes only what is committed. A writer that must stay
         out uses its own `SQLiteStore`. A block entered inside the open one nests as a
-        savepoint; entered from anywhere else, it waits for the open one to end. Writes
+        level (a savepoint); entered from anywhere else, it waits for the open one to end.
+        Levels nest one at a time: a level beside an open one, or one ending while a level
+        inside it is open, raises `NestingError` (docs/guide/transactions.md). Writes
         inside do not wait to be written; one that fails ends the block with its error.
+        After `close()` (or in a forked child) the block's writes raise `ClosedError`.
 
         Returns
         -------
         context manager
             Entering it gives the store.
         """
-        return Transaction(self, self._writable_writing)
+        return Transaction(self, self._writable_writing, self._session.key)
 
     # --- writes ------------------------------------------------------------------------------
 

@@ -14,8 +14,10 @@ inherited refuse with ForkedProcessError.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +25,7 @@ import pytest
 from zarr.core.buffer import cpu
 
 from core.helpers import child_report, fork_child
+from store._lock_holder import LockHolder
 from zarrdb import SQLiteStore, errors
 
 pytestmark = [
@@ -47,7 +50,9 @@ def _child(store: SQLiteStore, path: Path) -> dict[str, object]:
     own = SQLiteStore(path, busy_timeout=10)
     own.set_sync("child/own", buf(b"o"))  # waits for the parent's commit, then writes
     own.close()
-    store.set_sync("child/inherited", buf(b"i"))  # reopens in this process
+    # Reopens in this process, from code that is not the parent's block (a context of its
+    # own): the block's own writes belong to the parent's transaction and raise ClosedError.
+    contextvars.Context().run(store.set_sync, "child/inherited", buf(b"i"))
     store.close()
     return report
 
@@ -82,3 +87,47 @@ def test_child_forked_inside_a_transaction_opens_and_writes_its_own_store(
     finally:
         con.close()
     assert keys == {"before", "parent/txn", "child/own", "child/inherited", "parent/after"}
+
+
+def test_child_forked_while_a_parent_thread_closes_the_store_uses_it(tmp_path: Path) -> None:
+    """fork() while another thread of the parent is inside close(), holding the store's own
+    lock while its writer commits a write that waits for a third process's lock (issue 36,
+    defect 7). The child inherits that lock held by a thread it does not have: its first use
+    of the store blocked for good. Every lock of the store's state starts afresh in a child."""
+    path = tmp_path / "fork-during-close.zarrdb"
+    store = SQLiteStore(path, busy_timeout=CHILD_TIMEOUT)
+    store.set_sync("before", buf(b"b"))
+    writer = store._session.connections().writing.writer
+    holder = LockHolder(path, timeout=CHILD_TIMEOUT)
+    threads = [threading.Thread(target=store.set_sync, args=("queued", buf(b"q")), daemon=True)]
+    try:
+        threads[0].start()
+        _wait_for(lambda: writer.stats()["queued_bytes"] > 0 or writer.stats()["batches"] > 1)
+        threads.append(threading.Thread(target=store.close, daemon=True))
+        threads[1].start()
+        _wait_for(lambda: writer.stats()["closing"] == 1)  # close() holds the store's lock
+
+        def child() -> dict[str, object]:
+            value = store.get_sync("before")
+            return {"before": None if value is None else value.to_bytes().decode()}
+
+        pid, read_end = fork_child(child)
+        report = _report(pid, read_end)
+    finally:
+        holder.release()
+        for t in threads:
+            t.join(CHILD_TIMEOUT)
+    assert not any(t.is_alive() for t in threads)
+    assert report == {"before": "b"}
+    con = sqlite3.connect(path)
+    try:
+        assert {k for (k,) in con.execute("SELECT k FROM zarr")} == {"before", "queued"}
+    finally:
+        con.close()
+
+
+def _wait_for(condition) -> None:
+    deadline = time.monotonic() + CHILD_TIMEOUT
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.005)

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import atexit
+import contextvars
 import json
 import multiprocessing
 import os
@@ -29,7 +30,7 @@ import zarr
 from zarr.core.buffer import default_buffer_prototype
 
 from zarrdb import SQLiteStore
-from zarrdb.errors import DatabaseLockedError
+from zarrdb.errors import ClosedError, DatabaseLockedError
 
 from core.helpers import run_in_child  # tests/ is on sys.path (pytest's rootdir)
 
@@ -309,7 +310,8 @@ def test_store_used_before_fork_works_in_the_child(tmp_path, exit_how):
 def test_fork_inside_a_transaction_never_uses_the_parents_connection(tmp_path):
     """The parent forks with a transaction open. Had the child used the parent's writer, it
     would see the uncommitted write and could commit it; it must see only committed data and
-    wait for the parent's lock like any other process."""
+    wait for the parent's lock like any other process. A write of the block's own code is the
+    parent's transaction's: in the child it raises ClosedError (issue 36, defect 3)."""
     path = tmp_path / "forked-in-transaction.zarrdb"
     store = SQLiteStore(path, busy_timeout=0.3)
     store.set_sync("committed", buf.from_bytes(b"1"))
@@ -319,13 +321,19 @@ def test_fork_inside_a_transaction_never_uses_the_parents_connection(tmp_path):
         def child():
             seen = store.get_sync("uncommitted")
             try:
-                store.set_sync("from-child", buf.from_bytes(b"3"))
+                store.set_sync("from-child/in-block", buf.from_bytes(b"3"))
+                in_block = "written"
+            except ClosedError:
+                in_block = "ClosedError"
+            try:  # from code of its own (a context of its own), not the parent's block
+                contextvars.Context().run(store.set_sync, "from-child", buf.from_bytes(b"3"))
                 write = "written"
             except DatabaseLockedError as exc:
                 write = f"DatabaseLockedError: {exc}"
             store.close()
             return {
                 "seen": None if seen is None else seen.to_bytes().decode(),
+                "in block": in_block,
                 "write": write,
                 "committed": store.get_sync("committed").to_bytes().decode(),
             }
@@ -333,6 +341,7 @@ def test_fork_inside_a_transaction_never_uses_the_parents_connection(tmp_path):
         report = run_in_child(child)
         assert store.get_sync("uncommitted").to_bytes() == b"2"  # the parent's transaction lives
     assert report["seen"] is None, "the child saw the parent's uncommitted write"
+    assert report["in block"] == "ClosedError", report
     assert report["write"].startswith("DatabaseLockedError") and str(path) in report["write"], (
         report
     )

@@ -1,0 +1,164 @@
+"""Explicit transactions: `with store.transaction():` and `async with store.transaction():`.
+
+The store object is the session, as an SQLite connection is: while a transaction is open, every
+write through the store joins it, whatever thread, event loop or zarr worker it comes from (the
+writer decides that under its lock, see _writer.pxi). Its levels belong to the engine's writer
+(`zarrdb._core.Level`): each is opened on one writer, that is on one open file of the store, and
+keeps it. The rule of nesting (docs/guide/transactions.md):
+
+- Levels of one transaction nest one inside the other, one open at each depth: a level is
+  entered inside the innermost open level, from that level's code (its context: the code of
+  its block, and tasks and threads started with that context). One entered beside an open
+  level (a sibling task or thread) raises NestingError; entered from code outside the
+  transaction, it waits for the whole transaction to end.
+- A level ends before the levels around it. One that ends while a level inside it is still open
+  is rolled back with it and raises NestingError (the outermost: the whole transaction); the
+  inner level's code then gets NestingError at its next write and at its end.
+- A level outlived by its open file (close() from another thread, or a forked child continuing
+  its parent's block) is over: every write of its code, every level entered in it and its end
+  raise ClosedError; nothing reopens the store for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from zarrdb import errors
+from zarrdb._core import Level, _exit_transaction
+
+if TYPE_CHECKING:
+    from zarrdb._writing import Writing
+
+S = TypeVar("S")  # the session a Transaction gives when entered (the store)
+
+# The levels the current context works inside, outermost first (of every store: each level
+# knows its store's session by `owner`).
+_INSIDE: ContextVar[tuple[Level, ...]] = ContextVar("zarrdb_transactions", default=())
+
+
+def check_inside(owner: object) -> None:
+    """Raise if the calling code is inside a level of `owner`'s transactions that can no longer
+    be written: ClosedError if the open file it belongs to was closed (or is the parent
+    process's), NestingError if the level around it ended first and rolled it back."""
+    inside = _INSIDE.get()
+    if not inside:
+        return
+    for level in reversed(inside):
+        if level.owner is not owner:
+            continue
+        if level.is_open:
+            if not level.usable:
+                raise errors.ClosedError(
+                    f"the transaction on {level.writer.path!r} this code writes in is over: the "
+                    "store was closed (or the transaction is another process's) before its "
+                    "block ended, and nothing of it was written"
+                )
+            return
+        if level.undone:
+            raise errors.NestingError(
+                f"the transaction level on {level.writer.path!r} this code writes in was rolled "
+                "back: the level around it ended while it was still open"
+            )
+        # Its block ended: the code belongs to the level around it, if any.
+
+
+def _parent(level: Level) -> Level | None:
+    """The innermost open level of `level`'s writer the calling code works inside (None: a
+    new transaction)."""
+    for outer in reversed(_INSIDE.get()):
+        if outer.writer is level.writer and outer.is_open:
+            return outer
+    return None
+
+
+def _unmark(level: Level) -> None:
+    mark, level.mark = level.mark, None
+    if mark is not None:
+        with contextlib.suppress(ValueError, RuntimeError):  # another context set it
+            _INSIDE.reset(mark)
+
+
+def _abandon(level: Level) -> None:
+    """Roll back `level` if it was opened for a caller who is gone (interrupted by a signal as
+    opening returned, or a cancelled task)."""
+    _unmark(level)
+    if level.is_open:
+        with contextlib.suppress(Exception):
+            level.writer.end_level(level, False)
+
+
+class Transaction(Generic[S]):
+    """`with store.transaction():` and `async with store.transaction():` (see the module's
+    docstring for the rules)."""
+
+    def __init__(self, store: S, writing: Callable[[], Writing], owner: object) -> None:
+        self.store = store  # what entering gives
+        # The store's writer; raises if the store may not write, or if the calling code is in
+        # a level it can no longer write (check_inside).
+        self.writing = writing
+        self.owner = owner  # the store's session (its key)
+        self.levels: list[Level] = []
+
+    def _level(self) -> Level:
+        writing = self.writing()
+        writing.queue_bursts_here()  # the loop's writes before the block are not its own
+        return Level(writing.writer, self.owner)
+
+    def _forget(self, level: Level) -> None:
+        """Roll back `level` if it opened, and drop it (its __enter__ failed or was
+        interrupted)."""
+        _abandon(level)
+        if level in self.levels:
+            self.levels.remove(level)
+
+    def __enter__(self) -> S:
+        # Ctrl-C or SIGTERM may raise at any point where Python runs signal handlers: as a
+        # function starts, and as a call into compiled code returns. From the moment the level
+        # is listed until __enter__ returns, any of them rolls back what was opened. (A
+        # `return` runs no handler, and the with statement protects the block from there.)
+        level = self._level()
+        try:
+            self.levels.append(level)
+            level.writer.open_level(level, _parent(level))
+            level.mark = _INSIDE.set((*_INSIDE.get(), level))
+        except BaseException:
+            self._forget(level)
+            raise
+        return self.store
+
+    # Compiled (zarrdb._core): a __exit__ written in Python could be interrupted as it starts,
+    # before the level has ended, leaving the transaction open for good.
+    __exit__ = _exit_transaction
+
+    async def __aenter__(self) -> S:
+        # In a worker thread: waiting for another transaction, for the writes queued before,
+        # or for another process's lock must not stop the event loop, which may be running
+        # this transaction's own work. The context's mark is set here, in the coroutine.
+        level = self._level()
+        self.levels.append(level)
+        opening = asyncio.ensure_future(
+            asyncio.to_thread(level.writer.open_level, level, _parent(level))
+        )
+        try:
+            await asyncio.shield(opening)
+            level.mark = _INSIDE.set((*_INSIDE.get(), level))
+        except BaseException:
+            self.levels.remove(level)
+            if opening.done():
+                _abandon(level)
+            else:  # cancelled: the thread goes on; end what it opens
+                opening.add_done_callback(lambda _: _abandon(level))
+            raise
+        return self.store
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        level = self.levels.pop()
+        _unmark(level)
+        if level.is_open or level.undone:
+            # Shielded: a task cancelled while the commit runs must not leave it half done.
+            ending = asyncio.to_thread(level.writer.end_level, level, exc_type is None)
+            await asyncio.shield(ending)

@@ -1,0 +1,293 @@
+# The levels of an explicit transaction on a Writer (the rule is zarrdb._transactions'). Included
+# into _core.pyx through _writer.pxi.
+#
+# SQLite's savepoints are one stack per connection, so the writer keeps its open levels as one
+# stack too (`Writer._stack`, outermost first), changed only by the caller holding the connection
+# (see Writer._hold): a level opens on top of the innermost open level and nowhere else, and
+# each savepoint has its level's own name (zarrdb_level_<depth>), so that ROLLBACK TO and RELEASE,
+# which find a savepoint by name, act on that level and not on whichever was opened last.
+
+cdef enum:
+    LEVEL_NEW = 0  # not opened (yet, or opening failed)
+    LEVEL_OPEN = 1
+    LEVEL_UNDONE = 2  # rolled back because the level around it ended first; its block goes on
+    LEVEL_OVER = 3  # its block ended it (or its end was refused: the store is closing)
+
+
+cdef class Level:
+    """One level of an explicit transaction: the writer it is opened on (its store's open file,
+    kept for good: after close() or fork() the level cannot be written any more), `owner` (the
+    store session it belongs to), and `mark`, what resets the entering context's list of
+    levels."""
+
+    cdef readonly Writer writer
+    cdef readonly object owner
+    cdef readonly int64_t token  # the transaction's (0 until open)
+    cdef readonly int depth  # 1: the outermost level
+    cdef int state
+    cdef public object mark
+
+    def __cinit__(self, Writer writer, object owner=None):
+        self.writer = writer
+        self.owner = owner
+        self.state = LEVEL_NEW
+
+    @property
+    def is_open(self):
+        """Opened, and its block has not ended it."""
+        return self.state == LEVEL_OPEN
+
+    @property
+    def undone(self):
+        """Rolled back because the level around it ended first; its block has not ended yet."""
+        return self.state == LEVEL_UNDONE
+
+    @property
+    def usable(self):
+        """Its writer can still be written: not closed, and of this process."""
+        return not self.writer._closed and self.writer.pid == _current_pid
+
+
+cdef int _level_sql(Writer self, str verb, int depth) except -1:
+    """Run `verb` (SAVEPOINT, RELEASE, ROLLBACK TO) on level `depth`'s savepoint, holding the
+    connection. (Not through Database.execute: Ctrl-C must not interrupt a rollback half way.)"""
+    cdef bytes sql = f"{verb} zarrdb_level_{depth}".encode("ascii")
+    cdef const char* c_sql = sql
+    cdef int rc
+    with nogil:
+        rc = sqlite3_exec(self.db.db, c_sql, NULL, NULL, NULL)
+    if rc != SQLITE_OK:
+        raise self.db._error(rc, f"cannot {verb.lower()} the transaction's level {depth}")
+    return 0
+
+
+cdef int _open_level(Writer self, Level level, Level parent) except -1:
+    """Open `level`: a savepoint on top of `parent` (the innermost open level the caller works
+    inside), or with no parent a new transaction, once any other has ended (BEGIN IMMEDIATE).
+    The level is marked open the moment it is (so that a caller interrupted right after can
+    end it)."""
+    global _next_token
+    cdef WState* w = self.w
+    cdef int64_t token
+    cdef int began = 0
+    cdef int depth = 1
+    cdef bint nested = parent is not None
+    if level.writer is not self or level.state != LEVEL_NEW:
+        raise _errors.MisuseError("a transaction level is opened once, on its own writer",
+                                  code=SQLITE_MISUSE)
+    if nested:
+        if parent.writer is not self:
+            raise _errors.MisuseError("a level nests in a level of the same writer",
+                                      code=SQLITE_MISUSE)
+        token = parent.token
+        self._hold(True, 0)
+    else:
+        _next_token += 1
+        token = _next_token
+        self._hold(True, token)
+    try:
+        if nested:
+            if (parent.state != LEVEL_OPEN or not (w.txn_open and w.txn == token)
+                    or parent not in self._stack):
+                raise _errors.MisuseError(
+                    f"the transaction on {self.path!r} this block was opened inside has ended",
+                    code=SQLITE_MISUSE,
+                )
+            if self._stack[len(self._stack) - 1] is not parent:
+                raise _errors.NestingError(
+                    f"another level of the transaction on {self.path!r} is open beside the one "
+                    "this block was entered in (a sibling task or thread): levels nest one "
+                    "inside the other, one at a time"
+                )
+            depth = parent.depth + 1
+            _level_sql(self, "SAVEPOINT", depth)
+            began = 2
+        else:
+            began = self.db._begin_if_needed(S_BEGIN_WRITE)
+        level.token = token
+        level.depth = depth
+        self._stack.append(level)
+        level.state = LEVEL_OPEN
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            w.txn_depth += 1
+            if not nested:
+                # The mark: what was queued while this waited for the connection and the
+                # lock is not the transaction's; it waits for its end.
+                _defer_queued(w)
+                w.txn = token
+                w.txn_open = True
+                w.txn_pending = False
+            zt_cond_broadcast(&w.done)
+            zt_mutex_unlock(&w.mu)
+    except BaseException:
+        level.state = LEVEL_NEW
+        if level in self._stack:
+            self._stack.remove(level)
+        if began == 2 and nested:
+            try:
+                _level_sql(self, "ROLLBACK TO", depth)
+                _level_sql(self, "RELEASE", depth)
+            except _errors.ZarrDBError:
+                pass
+        elif began:
+            self.db._finish(began, False)
+        if not nested:
+            with nogil:
+                zt_mutex_lock(&w.mu)
+                w.txn_pending = False
+                zt_cond_broadcast(&w.done)
+                zt_mutex_unlock(&w.mu)
+        raise
+    finally:
+        self._release()
+    return 0
+
+
+cdef int _end_level(Writer self, Level level, bint ok) except -1:
+    """End `level`: once every write queued so far is written, commit it (or release its
+    savepoint) if `ok` and none of its writes failed, else roll it back. A level that ends while
+    levels inside it are still open is rolled back with them, and raises NestingError; they
+    are then undone, and their own end raises NestingError. Raises the first failed write's
+    error, or why the commit failed; ClosedError if the store closed (or the level is another
+    process's)."""
+    cdef WState* w = self.w
+    cdef bint outermost
+    cdef Py_ssize_t at
+    cdef list inner
+    cdef int rc
+    err = None
+    if level.writer is not self:
+        raise _errors.MisuseError("a level ends on its own writer", code=SQLITE_MISUSE)
+    if level.state == LEVEL_UNDONE:
+        level.state = LEVEL_OVER
+        raise _errors.NestingError(
+            f"this level of the transaction on {self.path!r} was rolled back when the level "
+            "around it ended while it was still open: nothing of it was written"
+        )
+    if level.state != LEVEL_OPEN:
+        raise _errors.MisuseError(
+            f"this level of the transaction on {self.path!r} is not open", code=SQLITE_MISUSE
+        )
+    if self._closed or self.pid != _current_pid:
+        level.state = LEVEL_OVER
+        raise _errors.ClosedError(
+            f"the store {self.path!r} was closed (or the transaction belongs to process "
+            f"{self.pid}) before this transaction ended: nothing of it was written"
+        )
+    at = self._stack.index(level)
+    outermost = at == 0
+    # The levels inside it are undone from this moment, before the wait for the connection
+    # below: the outermost level's wait marks the transaction's end as it starts, and a write
+    # of their code let through during the wait (which lasts until everything queued is
+    # written) would be committed on its own. (Looked at again once the connection is held:
+    # a level may open meanwhile.)
+    for each in self._stack[at + 1:]:
+        if (<Level>each).state == LEVEL_OPEN:
+            (<Level>each).state = LEVEL_UNDONE
+    try:
+        # Refused only once close() has started: the transaction stays marked open, so that the
+        # writer puts nothing else on the connection, which is still inside it until close()
+        # rolls it back.
+        self._hold(True, -1 if outermost else 0)
+    except BaseException:
+        level.state = LEVEL_OVER
+        raise
+    inner = self._stack[at + 1:]
+    try:
+        try:
+            if inner:
+                ok = False
+                err = _errors.NestingError(
+                    f"a level of the transaction on {self.path!r} ended while {len(inner)} "
+                    "level(s) inside it were still open: it was rolled back with them"
+                    + (" (the whole transaction)" if outermost else "")
+                )
+            if w.txn_rc != SQLITE_OK:
+                # A write of the transaction failed: this level ends with its error.
+                ok = False
+                try:
+                    if err is None:
+                        err = _write_error(
+                            self, w.txn_rc, w.txn_xrc,
+                            w.txn_errmsg.decode("utf-8", "replace")
+                            if w.txn_errmsg != NULL else "",
+                            w.txn_errkey.decode("utf-8", "replace")
+                            if w.txn_errkey != NULL else "?",
+                        )
+                finally:
+                    with nogil:
+                        zt_mutex_lock(&w.mu)
+                        _clear_transaction_error(w)
+                        zt_mutex_unlock(&w.mu)
+            if sqlite3_get_autocommit(self.db.db):
+                # SQLite rolled the transaction back itself after an error inside it.
+                if ok:
+                    err = _errors.SQLiteError(
+                        f"{self.path!r}: the transaction was rolled back after an error "
+                        "inside it; nothing of it was written",
+                        filename=self.path,
+                    )
+            elif ok and outermost and w.touch.st != NULL:
+                with nogil:
+                    rc = _step_done(w.touch.st)
+                if rc != SQLITE_OK:
+                    ok = False
+                    err = self.db._error(rc, "cannot record the modification time")
+        except BaseException:
+            ok = False  # e.g. a signal's exception while an error was being made
+            raise
+        finally:
+            # Whatever came in between (making an exception runs Python code, where a signal
+            # handler may run), the level is committed or rolled back.
+            if not sqlite3_get_autocommit(self.db.db):
+                if outermost:
+                    self.db._finish(1, ok)
+                else:
+                    if not ok:
+                        _level_sql(self, "ROLLBACK TO", level.depth)
+                    _level_sql(self, "RELEASE", level.depth)
+    finally:
+        for each in inner:
+            if (<Level>each).state == LEVEL_OPEN:  # (not one whose block has ended it)
+                (<Level>each).state = LEVEL_UNDONE
+        del self._stack[at:]
+        level.state = LEVEL_OVER
+        if outermost:
+            self._forget_transaction()
+        else:
+            with nogil:
+                zt_mutex_lock(&w.mu)
+                w.txn_depth = at
+                zt_mutex_unlock(&w.mu)
+        self._release()
+        if outermost and self._joined:
+            self._unpin()
+    if err is not None:
+        raise err
+    return 0
+
+
+def _exit_transaction(self, exc_type, exc, tb):
+    """Transaction.__exit__ (zarrdb._transactions), compiled: a `__exit__` written in Python can
+    be interrupted by a signal handler as it starts (CPython runs them at the start of every
+    Python function), which would leave the transaction open for good; here nothing runs Python
+    code until the level has ended. Ends the innermost level the Transaction entered,
+    `self.levels[-1]`: committed if the block raised nothing, else rolled back."""
+    cdef list levels = self.levels
+    cdef Level level
+    if not levels:
+        raise _errors.MisuseError("the transaction's block was not entered", code=SQLITE_MISUSE)
+    level = levels[len(levels) - 1]  # (the module is compiled without negative indexing)
+    try:
+        mark = level.mark
+        if mark is not None:
+            level.mark = None
+            try:
+                mark.var.reset(mark)
+            except (ValueError, RuntimeError):  # another context set it
+                pass
+        if level.state == LEVEL_OPEN or level.state == LEVEL_UNDONE:
+            _end_level(level.writer, level, exc_type is None)
+    finally:
+        levels.remove(level)
