@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from zarrdb import _format, errors
+from zarrdb._core import CONNECTION_LIMITS
 
 __all__ = ["KEY_RULES", "Finding", "Report", "check_file", "key_problem"]
 
@@ -195,6 +196,9 @@ class _Connection:
     def __init__(self, con: sqlite3.Connection) -> None:
         self.con = con
         con.set_progress_handler(_keep_going, _PROGRESS_STEPS)
+        # The engine's limits, before anything parses the file's schema.
+        for name, (_, value) in CONNECTION_LIMITS.items():
+            con.setlimit(getattr(sqlite3, f"SQLITE_LIMIT_{name}"), value)
         # As the engine's connections: SQL stored in the file may call only harmless functions.
         con.execute("PRAGMA trusted_schema = OFF")
         if sys.version_info >= (3, 12):  # Connection.setconfig
