@@ -1344,6 +1344,13 @@ cdef class Database:
                     self._leave()
         finally:
             self._end_snapshot(began)
+        for key, _ in rows:
+            if not isinstance(key, str):  # another writer broke the spec's rule: keys are TEXT
+                what = "NULL" if key is None else "a BLOB" if isinstance(key, bytes) else "a number"
+                raise _errors.FormatError(
+                    f"{self.path!r} holds a key stored as {what} ({repr(key)[:80]}), not as "
+                    "TEXT as the SQLiteStore spec says; 'zarrdb check' lists such rows"
+                )
         return rows
 
     def rename_prefix(self, old, new):

@@ -51,7 +51,7 @@ TOUCH_MODIFIED_AT = (
     "ON CONFLICT(k) DO UPDATE SET v = excluded.v"
 )
 
-_VERSION_RE = re.compile(r"^(\d+)\.(\d+)$")
+_VERSION_RE = re.compile(r"^([0-9]+)\.([0-9]+)$")
 # Table options follow the column list's closing parenthesis: "WITHOUT ROWID", "STRICT".
 _WITHOUT_ROWID_RE = re.compile(r"\bwithout\s+rowid\b[^)]*$", re.IGNORECASE)
 
@@ -227,11 +227,21 @@ def read_facts(db: Queries) -> FileFacts:
     return facts
 
 
+def shown(text: str, limit: int = 60) -> str:
+    """A value from a file as a message quotes it: its repr, cut to about `limit` characters
+    (a record may hold a gigabyte)."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text):,} characters)"
+
+
 def parse_version(text: str) -> tuple[int, int]:
     match = _VERSION_RE.match(text.strip())
-    if not match:
+    # A number of more than 18 digits is no version a writer made; int() would also refuse one
+    # of more than 4,300 (Python's limit on converting decimal strings), with a ValueError.
+    if not match or max(len(match.group(1)), len(match.group(2))) > 18:
         raise errors.UnsupportedVersionError(
-            f"sqlitestore_version is {text!r}, not MAJOR.MINOR; the file cannot be read"
+            f"sqlitestore_version is {shown(text)}, not MAJOR.MINOR; the file cannot be read"
         )
     return int(match.group(1)), int(match.group(2))
 
@@ -328,14 +338,15 @@ def validate(
         raise errors.UnsupportedVersionError(f"{path!r}: {exc}") from None
     if major != SUPPORTED_MAJOR:
         raise errors.UnsupportedVersionError(
-            f"{path!r} is SQLiteStore version {facts.metadata['sqlitestore_version']}; this "
+            f"{path!r} is SQLiteStore version {shown(facts.metadata['sqlitestore_version'])}; "
+            "this "
             f"zarrdb reads version {SUPPORTED_MAJOR}.x only (upgrade zarrdb)"
         )
     unknown = parse_flags(facts.metadata["incompatible_flags"]) - KNOWN_INCOMPATIBLE_FLAGS
     if unknown:
         raise errors.IncompatibleFlagError(
             f"{path!r} uses feature(s) this zarrdb does not implement (incompatible flags: "
-            f"{', '.join(sorted(unknown))}); upgrade zarrdb to read it"
+            f"{shown(', '.join(sorted(unknown)), 200)}); upgrade zarrdb to read it"
         )
     if facts.application_id != APPLICATION_ID:
         message = (

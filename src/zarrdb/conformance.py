@@ -309,7 +309,7 @@ def _metadata_checks(db: _Connection, facts: _format.FileFacts, report: Report) 
     for key in sorted(set(meta) - set(_format.KNOWN_METADATA)):
         report.problem(
             "metadata",
-            f"metadata: unknown record {key!r} in {_format.METADATA_TABLE} "
+            f"metadata: unknown record {_format.shown(key)} in {_format.METADATA_TABLE} "
             "(writers must not add records the spec does not describe)",
         )
     if meta.get("sqlitestore_version", "") == "1.0":
@@ -317,8 +317,8 @@ def _metadata_checks(db: _Connection, facts: _format.FileFacts, report: Report) 
             if meta.get(name, "") != "":
                 report.problem(
                     "metadata",
-                    f"metadata: {name} is {meta[name]!r}; SQLiteStore 1.0 defines no flags, so "
-                    "it must be ''",
+                    f"metadata: {name} is {_format.shown(meta[name])}; SQLiteStore 1.0 defines "
+                    "no flags, so it must be ''",
                 )
     else:
         flags = _format.parse_flags(meta.get("compatible_flags", ""))
@@ -326,20 +326,22 @@ def _metadata_checks(db: _Connection, facts: _format.FileFacts, report: Report) 
         if unknown:
             report.warning(
                 "metadata",
-                f"metadata: unknown compatible flags {', '.join(sorted(unknown))} (ignored)",
+                "metadata: unknown compatible flags "
+                f"{_format.shown(', '.join(sorted(unknown)), 200)} (ignored)",
             )
     modified = meta.get("modified_at")
     if modified is None:
         return
     if _format.parse_timestamp(modified) is None:
         report.problem(
-            "metadata", f"metadata: modified_at {modified!r} is not an RFC 3339 timestamp"
+            "metadata",
+            f"metadata: modified_at {_format.shown(modified)} is not an RFC 3339 timestamp",
         )
     elif not modified.endswith("Z"):
         report.warning(
             "metadata",
-            f"metadata: modified_at {modified!r} is not in UTC with a trailing 'Z' (the spec "
-            "recommends it)",
+            f"metadata: modified_at {_format.shown(modified)} is not in UTC with a trailing 'Z' "
+            "(the spec recommends it)",
         )
 
 
