@@ -1538,6 +1538,16 @@ cdef class Database:
         finally:
             self._leave()
 
+    def set_limit(self, name, value):
+        """Set the run-time limit `name` of CONNECTION_LIMITS on this connection (tests that
+        inject failures through triggers raise TRIGGER_DEPTH); returns the limit before."""
+        which = CONNECTION_LIMITS[name][0]
+        self._enter()
+        try:
+            return sqlite3_limit(self.db, which, int(value))
+        finally:
+            self._leave()
+
     def length_limit(self, value=-1):
         """The longest string or blob this connection binds or builds (SQLITE_LIMIT_LENGTH);
         `value` >= 0 sets it first (at most the compiled-in maximum). Returns the limit before."""
