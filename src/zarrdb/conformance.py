@@ -8,9 +8,9 @@ independent of zarrdb's engine, so a file the engine refuses (a damaged one) is 
 The checks: the application id; exactly the two tables with their columns, declared types,
 primary keys and BINARY key collation; the metadata records (required ones present, no unknown
 ones, a version this zarrdb reads, no flags in 1.0, an RFC 3339 `modified_at`); no NULLs, keys
-TEXT and values BLOB; no SQL of the file's author on those tables (triggers, generated columns,
-a view or virtual table in their place, expression or partial indexes); the journal mode; and
-SQLite's integrity check. What the spec only
+TEXT and values BLOB; nothing a SQLiteStore file may not hold (zarrdb._schema: triggers, views,
+virtual tables, explicit indexes, generated columns); the journal mode; and SQLite's integrity
+check. What the spec only
 recommends is a warning. Nothing is written: the file is opened read-only.
 """
 
