@@ -82,16 +82,18 @@ def test_other_commands_on_a_blob_key_end_cleanly(tmp_path, command):
 
 
 class HugeTotal(HostileServer):
-    """Answers each range honestly, but says the object is 2**64 - 1 bytes long."""
+    """Says the object is 2**64 - 1 bytes long, and answers each range whole (zeros past its
+    data), as if it were."""
 
     def _answer(self, conn, seen, headers, number):  # noqa: ANN001
-        start, stop = _span(seen.range, len(self.data))
+        start, stop = _span(seen.range, 2**64 - 1)
+        body = self.data[start:stop].ljust(stop - start, b"\0")
         fields = {
             "ETag": '"v1"',
             "Content-Range": f"bytes {start}-{stop - 1}/{2**64 - 1}",
-            "Content-Length": str(stop - start),
+            "Content-Length": str(len(body)),
         }
-        self._send(conn, "206 Partial Content", fields, self.data[start:stop])
+        self._send(conn, "206 Partial Content", fields, body)
 
 
 @pytest.mark.parametrize("command", ["info", "check"])
