@@ -119,6 +119,9 @@ DEF _CLAIM = -79
 # a signal is seen within milliseconds, and counting 100,000 keys takes no measurably longer
 # (at 1,000 it took 12% longer).
 DEF _PROGRESS_STEPS = 100000
+# The main thread waiting for the writer looks at Python's signals this often (milliseconds):
+# Ctrl-C stops a long statement of the writer within about this long.
+DEF _SIGNAL_LOOK_MS = 100
 
 
 # SQLite's run-time limits on every connection zarrdb opens (set by _harden before the file's
