@@ -53,7 +53,7 @@ def statement_kind(sql: str) -> str:
 
 
 def problems(
-    db: Queries, schema: Sequence[tuple[str, str, str, str]], spec_columns: Mapping[str, tuple]
+    db: Queries, schema: Sequence[tuple[str, ...]], spec_columns: Mapping[str, tuple[str, ...]]
 ) -> list[str]:
     """What in `schema` (sqlite_schema's type, name, tbl_name, sql; sql "" for none) a file
     may not contain, one description each: [] for a file zarrdb may use. `spec_columns` maps
@@ -78,13 +78,15 @@ def problems(
     return found
 
 
-def _in_place_of(name: str, what: str, spec_columns: Mapping[str, tuple]) -> str:
+def _in_place_of(name: str, what: str, spec_columns: Mapping[str, tuple[str, ...]]) -> str:
     if fold(name) in spec_columns:
         return f"{name!r} is a {what}, not a table"
     return f"{what} {name!r}"
 
 
-def _table_problems(db: Queries, name: str, spec_columns: Mapping[str, tuple]) -> list[str]:
+def _table_problems(
+    db: Queries, name: str, spec_columns: Mapping[str, tuple[str, ...]]
+) -> list[str]:
     """A table's columns: none computed (hidden 2 and 3: VIRTUAL and STORED generated
     columns) in any table, and only the spec's in a spec table (a column of its own would get
     its DEFAULT computed on every insert of zarrdb's)."""
