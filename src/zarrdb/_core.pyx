@@ -125,24 +125,24 @@ DEF _SIGNAL_LOOK_MS = 100
 
 
 # SQLite's run-time limits on every connection zarrdb opens (set by _harden before the file's
-# schema is first parsed), by name: (limit, value, why). The SQL zarrdb prepares is its own; the
-# schema is the file's author's, and SQLite parses all of it at the first statement, so these
-# bound what a hostile schema can make the parser do. The build's own ceilings are in setup.py
-# (a limit here can only lower them). A file whose schema breaks one cannot be opened (it reads
-# as a malformed schema, zarrdb.errors.CorruptError).
+# schema is first parsed), by name: (SQLite's limit, value), each with its reason. The SQL
+# zarrdb prepares is its own; the schema is the file's author's, and SQLite parses all of it at
+# the first statement, so these bound what a hostile schema can make the parser do. The build's
+# own ceilings are in setup.py (a limit here can only lower them). A file whose schema breaks
+# one cannot be opened (it reads as a malformed schema: zarrdb.errors.DatabaseCorruptError).
 CONNECTION_LIMITS = {
     # Nesting of an expression, a subquery or a view. SQLite walks expression trees
     # recursively: 150,000 nested terms overflowed the C stack (a crash at open). zarrdb's
-    # statements nest under 10; a spec file has no expression at all; 100 levels cost a few
-    # tens of KiB of stack, safe in any thread.
+    # statements nest under 10 and a spec file has no expression at all; 100 is a tenth of
+    # SQLite's default ceiling, so also threads with small stacks parse it safely.
     "EXPR_DEPTH": (SQLITE_LIMIT_EXPR_DEPTH, 100),
     # One statement's text, including each CREATE of the schema. zarrdb's longest statement is
     # under 300 bytes, the spec's CREATE TABLEs under 100; 1 MB leaves any hand-written table
     # of other data room while bounding the parser's work per statement.
     "SQL_LENGTH": (SQLITE_LIMIT_SQL_LENGTH, 1_000_000),
     # Columns of a table, an index, a result or an ORDER BY. The spec's tables have 2 and
-    # zarrdb's results at most 3; 1,000 (SQLite's default is 2,000) still parses any other
-    # table a person would make and halves the arrays SQLite sizes by it.
+    # zarrdb's results (pragmas included) fewer than 10; 1,000 (SQLite's default is 2,000)
+    # still parses any other table a person would make.
     "COLUMN": (SQLITE_LIMIT_COLUMN, 1000),
     # Terms of a UNION/INTERSECT/EXCEPT chain, which SQLite processes recursively. zarrdb uses
     # none, and views, where a schema could hold them, are refused.
@@ -166,6 +166,8 @@ CONNECTION_LIMITS = {
 cdef int _N_LIMITS = len(CONNECTION_LIMITS)
 cdef int _LIMIT_IDS[16]
 cdef int _LIMIT_VALUES[16]
+if _N_LIMITS > 16:  # pragma: no cover - a table grown past its arrays
+    raise ImportError("CONNECTION_LIMITS has more entries than _harden's arrays hold")
 for _i, (_id, _value) in enumerate(CONNECTION_LIMITS.values()):
     _LIMIT_IDS[_i] = _id
     _LIMIT_VALUES[_i] = _value

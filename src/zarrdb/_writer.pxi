@@ -1259,6 +1259,10 @@ cdef class Writer:
             zt_mutex_unlock(&w.mu)
             zt_thread_join(w.thread)
         self.started = False
+        if self.db is not None and self.db.db != NULL:
+            # The handler points at this writer's state, which goes with the writer; the
+            # connection stays the Database's.
+            sqlite3_progress_handler(self.db.db, 0, NULL, NULL)
         self._stop_checkpointer()
         self._finalize_statements()
 
