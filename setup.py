@@ -50,8 +50,10 @@ SQLITE_OPTIONS = [
     ("SQLITE_OMIT_DECLTYPE", "1"),
     # LIKE never scans BLOB values (recommended upstream; zarrdb never uses LIKE on keys).
     ("SQLITE_LIKE_DOESNT_MATCH_BLOBS", "1"),
-    # No expression-depth bookkeeping in the parser (recommended upstream).
-    ("SQLITE_MAX_EXPR_DEPTH", "0"),
+    # The ceiling of the expression-depth limit (SQLite's default): 0 would remove the limit,
+    # and a schema nesting 150,000 terms overflows the C stack while it is parsed. Each
+    # connection lowers it further (CONNECTION_LIMITS in _core.pyx).
+    ("SQLITE_MAX_EXPR_DEPTH", "1000"),
     # Temporary tables and indices (e.g. VACUUM's) in memory rather than in temp files.
     ("SQLITE_TEMP_STORE", "2"),
     # Allow 64 KiB pages (SQLite's maximum) to be chosen at creation.

@@ -119,17 +119,73 @@ DEF _CLAIM = -79
 # a signal is seen within milliseconds, and counting 100,000 keys takes no measurably longer
 # (at 1,000 it took 12% longer).
 DEF _PROGRESS_STEPS = 100000
+# The main thread waiting for the writer looks at Python's signals this often (milliseconds):
+# Ctrl-C stops a long statement of the writer within about this long.
+DEF _SIGNAL_LOOK_MS = 100
+
+
+# SQLite's run-time limits on every connection zarrdb opens (set by _harden before the file's
+# schema is first parsed), by name: (SQLite's limit, value), each with its reason. The SQL
+# zarrdb prepares is its own; the schema is the file's author's, and SQLite parses all of it at
+# the first statement, so these bound what a hostile schema can make the parser do. The build's
+# own ceilings are in setup.py (a limit here can only lower them). A file whose schema breaks
+# one cannot be opened (it reads as a malformed schema: zarrdb.errors.DatabaseCorruptError).
+CONNECTION_LIMITS = {
+    # Nesting of an expression, a subquery or a view. SQLite walks expression trees
+    # recursively: 150,000 nested terms overflowed the C stack (a crash at open). zarrdb's
+    # statements nest under 10 and a spec file has no expression at all; 100 is a tenth of
+    # SQLite's default ceiling, so also threads with small stacks parse it safely.
+    "EXPR_DEPTH": (SQLITE_LIMIT_EXPR_DEPTH, 100),
+    # One statement's text, including each CREATE of the schema. zarrdb's longest statement is
+    # under 300 bytes, the spec's CREATE TABLEs under 100; 1 MB leaves any hand-written table
+    # of other data room while bounding the parser's work per statement.
+    "SQL_LENGTH": (SQLITE_LIMIT_SQL_LENGTH, 1_000_000),
+    # Columns of a table, an index, a result or an ORDER BY. The spec's tables have 2 and
+    # zarrdb's results (pragmas included) fewer than 10; 1,000 (SQLite's default is 2,000)
+    # still parses any other table a person would make.
+    "COLUMN": (SQLITE_LIMIT_COLUMN, 1000),
+    # Terms of a UNION/INTERSECT/EXCEPT chain, which SQLite processes recursively. zarrdb uses
+    # none, and views, where a schema could hold them, are refused.
+    "COMPOUND_SELECT": (SQLITE_LIMIT_COMPOUND_SELECT, 8),
+    # Arguments of one function call: zarrdb's most is 2 (strftime, zeroblob, coalesce).
+    "FUNCTION_ARG": (SQLITE_LIMIT_FUNCTION_ARG, 8),
+    # No ATTACH: a statement can only ever reach the one file that was opened.
+    "ATTACHED": (SQLITE_LIMIT_ATTACHED, 0),
+    # zarrdb never uses LIKE or GLOB (listings are range scans); a pattern in a schema could
+    # only make matching slow.
+    "LIKE_PATTERN_LENGTH": (SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 50),
+    # The highest parameter number: zarrdb's statements bind ?1 and ?2, one row per step,
+    # batches included (a batch reuses one statement); Database.execute's callers bind at most 2.
+    "VARIABLE_NUMBER": (SQLITE_LIMIT_VARIABLE_NUMBER, 16),
+    # 0: no trigger program ever runs (a trigger that fires fails its statement). No writer
+    # of the format makes triggers and a file holding one is refused at open; this holds even
+    # if a trigger were added after the check.
+    "TRIGGER_DEPTH": (SQLITE_LIMIT_TRIGGER_DEPTH, 0),
+}
+
+cdef int _N_LIMITS = len(CONNECTION_LIMITS)
+cdef int _LIMIT_IDS[16]
+cdef int _LIMIT_VALUES[16]
+if _N_LIMITS > 16:  # pragma: no cover - a table grown past its arrays
+    raise ImportError("CONNECTION_LIMITS has more entries than _harden's arrays hold")
+for _i, (_id, _value) in enumerate(CONNECTION_LIMITS.values()):
+    _LIMIT_IDS[_i] = _id
+    _LIMIT_VALUES[_i] = _value
+del _i, _id, _value
 
 
 cdef int _harden(sqlite3* handle) noexcept nogil:
     """Make a new connection distrust the file's schema: SQLite's defensive mode (the schema
-    and shadow tables cannot be written by hand, no journal_mode=OFF) and trusted_schema off
-    (SQL stored in the file may only call functions without side effects). Every connection
-    zarrdb opens goes through here; the file's own SQL on the SQLiteStore tables is refused at
-    open (_format.validate)."""
+    and shadow tables cannot be written by hand, no journal_mode=OFF), trusted_schema off
+    (SQL stored in the file may only call functions without side effects) and the run-time
+    limits of CONNECTION_LIMITS. Every connection zarrdb opens goes through here, before its
+    first statement; the file's schema is checked at open (_format.validate)."""
+    cdef int i
     cdef int rc = sqlite3_db_config(handle, SQLITE_DBCONFIG_DEFENSIVE, 1, <int*>NULL)
     if rc == SQLITE_OK:
         rc = sqlite3_db_config(handle, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, <int*>NULL)
+    for i in range(_N_LIMITS):
+        sqlite3_limit(handle, _LIMIT_IDS[i], _LIMIT_VALUES[i])
     return rc
 
 
@@ -1321,6 +1377,13 @@ cdef class Database:
                     self._leave()
         finally:
             self._end_snapshot(began)
+        for key, _ in rows:
+            if not isinstance(key, str):  # another writer broke the spec's rule: keys are TEXT
+                what = "NULL" if key is None else "a BLOB" if isinstance(key, bytes) else "a number"
+                raise _errors.FormatError(
+                    f"{self.path!r} holds a key stored as {what} ({repr(key)[:80]}), not as "
+                    "TEXT as the SQLiteStore spec says; 'zarrdb check' lists such rows"
+                )
         return rows
 
     def rename_prefix(self, old, new):
@@ -1426,7 +1489,16 @@ cdef class Database:
 
     def vacuum(self):
         """Rebuild the file without free pages."""
-        self.execute("VACUUM")
+        # VACUUM builds the new file as an attached database of its own: the one ATTACH it
+        # makes is allowed for the statement (the file's SQL never runs ATTACH).
+        if self.db == NULL:
+            raise _errors.ClosedError(f"the database {self.path!r} is closed")
+        sqlite3_limit(self.db, SQLITE_LIMIT_ATTACHED, 1)
+        try:
+            self.execute("VACUUM")
+        finally:
+            if self.db != NULL:
+                sqlite3_limit(self.db, SQLITE_LIMIT_ATTACHED, 0)
 
     def backup_to(self, path, *, pages_per_step=-1):
         """A consistent copy through SQLite's online backup API, left in DELETE journal mode.
@@ -1487,6 +1559,25 @@ cdef class Database:
             finally:
                 with nogil:
                     sqlite3_close_v2(dest)
+        finally:
+            self._leave()
+
+    def limits(self):
+        """This connection's run-time limits of CONNECTION_LIMITS, by name, as SQLite has them."""
+        self._enter()
+        try:
+            return {name: sqlite3_limit(self.db, which, -1)
+                    for name, (which, _) in CONNECTION_LIMITS.items()}
+        finally:
+            self._leave()
+
+    def set_limit(self, name, value):
+        """Set the run-time limit `name` of CONNECTION_LIMITS on this connection (tests that
+        inject failures through triggers raise TRIGGER_DEPTH); returns the limit before."""
+        which = CONNECTION_LIMITS[name][0]
+        self._enter()
+        try:
+            return sqlite3_limit(self.db, which, int(value))
         finally:
             self._leave()
 

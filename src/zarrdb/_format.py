@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from zarrdb import errors
+from zarrdb import _schema, errors
 
 APPLICATION_ID = 0x10B50760
 FORMAT_VERSION = "1.0"
@@ -51,10 +51,7 @@ TOUCH_MODIFIED_AT = (
     "ON CONFLICT(k) DO UPDATE SET v = excluded.v"
 )
 
-_VERSION_RE = re.compile(r"^(\d+)\.(\d+)$")
-# SQLite stores a virtual table's statement as "CREATE VIRTUAL TABLE ..." (a hand-edited schema
-# may differ in case and spacing, which SQLite's parser accepts too).
-_VIRTUAL_RE = re.compile(r"^\s*create\s+virtual\s", re.IGNORECASE)
+_VERSION_RE = re.compile(r"^([0-9]+)\.([0-9]+)$")
 # Table options follow the column list's closing parenthesis: "WITHOUT ROWID", "STRICT".
 _WITHOUT_ROWID_RE = re.compile(r"\bwithout\s+rowid\b[^)]*$", re.IGNORECASE)
 
@@ -159,8 +156,9 @@ class FileFacts:
     application_id: int
     tables: dict[str, str]  # name -> CREATE statement
     metadata: dict[str, str] = field(default_factory=dict)
-    # SQL of the file's author that would run on zarrdb's statements on the SQLiteStore tables
-    # (a trigger, a generated column, ...), one description each; such a file is refused.
+    # What the file holds beyond what a SQLiteStore file may contain (zarrdb._schema: a
+    # trigger, a view, an index, a generated column, ...), one description each; such a file
+    # is refused.
     code: list[str] = field(default_factory=list)
     encoding: str = "UTF-8"  # of the file's text (PRAGMA encoding)
     # The columns of the table `zarr`, if there is one: (name, declared type, not null, pk).
@@ -204,8 +202,10 @@ def read_facts(db: Queries) -> FileFacts:
             "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema"
         )
     ]
-    tables = {name: sql for kind, name, _, sql in schema if kind == "table"}
-    facts = FileFacts(application_id & 0xFFFFFFFF, tables, code=schema_code(db, schema))
+    # By name as SQLite compares names: a table "ZARR" is the table zarrdb's statements use.
+    tables = {_schema.fold(name): sql for kind, name, _, sql in schema if kind == "table"}
+    code = _schema.problems(db, schema, {METADATA_TABLE: ("k", "v"), DATA_TABLE: ("k", "v")})
+    facts = FileFacts(application_id & 0xFFFFFFFF, tables, code=code)
     facts.encoding = str(db.pragma("encoding") or "UTF-8")
     if DATA_TABLE in tables and not facts.code:
         facts.data_columns = [
@@ -227,49 +227,21 @@ def read_facts(db: Queries) -> FileFacts:
     return facts
 
 
-def schema_code(db: Queries, schema: list[tuple[str, ...]]) -> list[str]:
-    """What in `schema` (sqlite_schema's type, name, tbl_name, sql) would run SQL stored in the
-    file when zarrdb reads or writes the SQLiteStore tables: triggers on them, a view or a
-    virtual table in their place, generated columns, expression and partial indexes. The spec
-    lets a file hold other tables (readers ignore them), but not code on its own tables."""
-    found = []
-    for kind, name, table, sql in schema:
-        if table not in SPEC_TABLES:
-            continue
-        if kind == "trigger":
-            found.append(f"trigger {name!r} on table {table}")
-        elif kind == "view":
-            found.append(f"{name!r} is a view, not a table")
-        elif kind == "table" and _VIRTUAL_RE.match(sql):
-            found.append(f"{name!r} is a virtual table, not a table")
-        elif kind == "table":
-            # Hidden 2 and 3: VIRTUAL and STORED generated columns (computed on reads, writes).
-            found += [
-                f"generated column {column!r} in table {name}"
-                for (column,) in db.execute(
-                    "SELECT name FROM pragma_table_xinfo(?) WHERE hidden IN (2, 3)", (name,)
-                )
-            ]
-        elif kind == "index" and sql:  # the primary key's own index has no statement
-            found += _index_code(db, name, table)
-    return found
-
-
-def _index_code(db: Queries, name: str, table: str) -> list[str]:
-    """Why the index `name` on `table` runs the file's SQL (expressions, a WHERE clause)."""
-    found = []
-    if db.execute("SELECT 1 FROM pragma_index_xinfo(?) WHERE cid = -2", (name,)):
-        found.append(f"index {name!r} on table {table} computes an expression")
-    if db.execute("SELECT 1 FROM pragma_index_list(?) WHERE name = ? AND partial", (table, name)):
-        found.append(f"index {name!r} on table {table} has a WHERE clause")
-    return found
+def shown(text: str, limit: int = 60) -> str:
+    """A value from a file as a message quotes it: its repr, cut to about `limit` characters
+    (a record may hold a gigabyte)."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text):,} characters)"
 
 
 def parse_version(text: str) -> tuple[int, int]:
     match = _VERSION_RE.match(text.strip())
-    if not match:
+    # A number of more than 18 digits is no version a writer made; int() would also refuse one
+    # of more than 4,300 (Python's limit on converting decimal strings), with a ValueError.
+    if not match or max(len(match.group(1)), len(match.group(2))) > 18:
         raise errors.UnsupportedVersionError(
-            f"sqlitestore_version is {text!r}, not MAJOR.MINOR; the file cannot be read"
+            f"sqlitestore_version is {shown(text)}, not MAJOR.MINOR; the file cannot be read"
         )
     return int(match.group(1)), int(match.group(2))
 
@@ -338,9 +310,9 @@ def validate(
         raise zarr2_error(path)
     if facts.code:
         raise errors.UnsafeSchemaError(
-            f"{path!r} holds SQL that would run on its SQLiteStore tables: "
-            f"{'; '.join(facts.code)}. zarrdb runs no SQL from a file; if you trust it, remove "
-            "these with the sqlite3 shell (DROP TRIGGER name; DROP INDEX name; ...)"
+            f"{path!r} holds SQL a SQLiteStore file may not: {'; '.join(facts.code)}. zarrdb "
+            "runs no SQL from a file; if you trust it, remove these with the sqlite3 shell "
+            "(DROP TRIGGER name; DROP VIEW name; DROP INDEX name; ...)"
         )
     if not facts.has_store_tables:
         if facts.is_empty:
@@ -366,14 +338,15 @@ def validate(
         raise errors.UnsupportedVersionError(f"{path!r}: {exc}") from None
     if major != SUPPORTED_MAJOR:
         raise errors.UnsupportedVersionError(
-            f"{path!r} is SQLiteStore version {facts.metadata['sqlitestore_version']}; this "
+            f"{path!r} is SQLiteStore version {shown(facts.metadata['sqlitestore_version'])}; "
+            "this "
             f"zarrdb reads version {SUPPORTED_MAJOR}.x only (upgrade zarrdb)"
         )
     unknown = parse_flags(facts.metadata["incompatible_flags"]) - KNOWN_INCOMPATIBLE_FLAGS
     if unknown:
         raise errors.IncompatibleFlagError(
             f"{path!r} uses feature(s) this zarrdb does not implement (incompatible flags: "
-            f"{', '.join(sorted(unknown))}); upgrade zarrdb to read it"
+            f"{shown(', '.join(sorted(unknown)), 200)}); upgrade zarrdb to read it"
         )
     if facts.application_id != APPLICATION_ID:
         message = (

@@ -165,6 +165,10 @@ cdef struct WState:
     int busy
     int held
     int stop
+    # Set (atomically, by a caller whose wait a signal interrupted): the statement the thread
+    # runs stops (SQLITE_INTERRUPT) at the progress handler's next look; cleared once the
+    # batch is done.
+    int interrupt
     # the batch being written
     WSub** batch
     Py_ssize_t batch_n
@@ -227,8 +231,17 @@ cdef void _touch(WState* w) noexcept nogil:
         w.touch.skipped = 0
 
 
+cdef int _writer_progress(void* arg) noexcept nogil:
+    """The write connection's progress handler: non-zero (stop with SQLITE_INTERRUPT) once a
+    caller asked for it (Submission.wait on Ctrl-C or SIGTERM). An atomic load, no GIL."""
+    return zt_load_acquire(&(<WState*>arg).interrupt)
+
+
 cdef int _begin(WState* w, bint joined) noexcept nogil:
     """Open the batch's transaction (or, inside the open explicit one, its savepoint)."""
+    # (Again for each batch: Python code holding the connection between batches may have
+    # replaced the handler with its own, Database._watch.)
+    sqlite3_progress_handler(w.db, _PROGRESS_STEPS, _writer_progress, <void*>w)
     if joined:
         if sqlite3_get_autocommit(w.db):
             # SQLite rolled the explicit transaction back after an earlier error: writing now
@@ -450,6 +463,7 @@ cdef void _finish_batch(WState* w) noexcept nogil:
     w.batch_n = 0
     w.batch_bytes = 0
     w.batch_hinted = True
+    zt_store_release(&w.interrupt, 0)
     zt_cond_broadcast(&w.done)
 
 
@@ -1212,6 +1226,10 @@ cdef class Writer:
             zt_mutex_unlock(&w.mu)
             zt_thread_join(w.thread)
         self.started = False
+        if self.db is not None and self.db.db != NULL:
+            # The handler points at this writer's state, which goes with the writer; the
+            # connection stays the Database's.
+            sqlite3_progress_handler(self.db.db, 0, NULL, NULL)
         self._stop_checkpointer()
         self._finalize_statements()
 

@@ -70,16 +70,35 @@ cdef class Submission:
 
     def wait(self):
         """Block (GIL released) until the writer is done with this submission; raise its error
-        if it failed."""
+        if it failed. In the main thread, Python's signal handlers run meanwhile: when one
+        raises (Ctrl-C, the command line's SIGTERM), the statement the writer runs is
+        interrupted, and once the writer is done with the submission (it may then have
+        failed, or been written) the handler's exception is raised."""
         cdef WState* w = self.writer.w
         cdef WSub* s = self.sub
-        if zt_load_acquire(&s.state) != SUB_DONE:
+        cdef bint main = PyThread_get_thread_ident() == _main_thread
+        raised = None
+        while zt_load_acquire(&s.state) != SUB_DONE:
             with nogil:
                 zt_mutex_lock(&w.mu)
                 while zt_load_acquire(&s.state) != SUB_DONE:
-                    zt_cond_wait(&w.done, &w.mu)
+                    if not main:
+                        zt_cond_wait(&w.done, &w.mu)
+                    elif zt_cond_wait_ms(&w.done, &w.mu, _SIGNAL_LOOK_MS):
+                        break  # timed out: a look at the signals
                 zt_mutex_unlock(&w.mu)
+            if main and raised is None:
+                try:
+                    PyErr_CheckSignals()
+                except BaseException as exc:  # raised once the writer is done with `s`
+                    raised = exc
+            if raised is not None:
+                # Again at each wake-up: the flag is cleared as each batch ends, and this
+                # submission may be in the next one.
+                zt_store_release(&w.interrupt, 1)
         self._finish()
+        if raised is not None:
+            raise raised
         err = self.error()
         if err is not None:
             raise err

@@ -8,9 +8,9 @@ independent of zarrdb's engine, so a file the engine refuses (a damaged one) is 
 The checks: the application id; exactly the two tables with their columns, declared types,
 primary keys and BINARY key collation; the metadata records (required ones present, no unknown
 ones, a version this zarrdb reads, no flags in 1.0, an RFC 3339 `modified_at`); no NULLs, keys
-TEXT and values BLOB; no SQL of the file's author on those tables (triggers, generated columns,
-a view or virtual table in their place, expression or partial indexes); the journal mode; and
-SQLite's integrity check. What the spec only
+TEXT and values BLOB; nothing a SQLiteStore file may not hold (zarrdb._schema: triggers, views,
+virtual tables, explicit indexes, generated columns); the journal mode; and SQLite's integrity
+check. What the spec only
 recommends is a warning. Nothing is written: the file is opened read-only.
 """
 
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from zarrdb import _format, errors
+from zarrdb._core import CONNECTION_LIMITS
 
 __all__ = ["KEY_RULES", "Finding", "Report", "check_file", "key_problem"]
 
@@ -195,6 +196,9 @@ class _Connection:
     def __init__(self, con: sqlite3.Connection) -> None:
         self.con = con
         con.set_progress_handler(_keep_going, _PROGRESS_STEPS)
+        # The engine's limits, before anything parses the file's schema.
+        for name, (_, value) in CONNECTION_LIMITS.items():
+            con.setlimit(getattr(sqlite3, f"SQLITE_LIMIT_{name}"), value)
         # As the engine's connections: SQL stored in the file may call only harmless functions.
         con.execute("PRAGMA trusted_schema = OFF")
         if sys.version_info >= (3, 12):  # Connection.setconfig
@@ -305,7 +309,7 @@ def _metadata_checks(db: _Connection, facts: _format.FileFacts, report: Report) 
     for key in sorted(set(meta) - set(_format.KNOWN_METADATA)):
         report.problem(
             "metadata",
-            f"metadata: unknown record {key!r} in {_format.METADATA_TABLE} "
+            f"metadata: unknown record {_format.shown(key)} in {_format.METADATA_TABLE} "
             "(writers must not add records the spec does not describe)",
         )
     if meta.get("sqlitestore_version", "") == "1.0":
@@ -313,8 +317,8 @@ def _metadata_checks(db: _Connection, facts: _format.FileFacts, report: Report) 
             if meta.get(name, "") != "":
                 report.problem(
                     "metadata",
-                    f"metadata: {name} is {meta[name]!r}; SQLiteStore 1.0 defines no flags, so "
-                    "it must be ''",
+                    f"metadata: {name} is {_format.shown(meta[name])}; SQLiteStore 1.0 defines "
+                    "no flags, so it must be ''",
                 )
     else:
         flags = _format.parse_flags(meta.get("compatible_flags", ""))
@@ -322,20 +326,22 @@ def _metadata_checks(db: _Connection, facts: _format.FileFacts, report: Report) 
         if unknown:
             report.warning(
                 "metadata",
-                f"metadata: unknown compatible flags {', '.join(sorted(unknown))} (ignored)",
+                "metadata: unknown compatible flags "
+                f"{_format.shown(', '.join(sorted(unknown)), 200)} (ignored)",
             )
     modified = meta.get("modified_at")
     if modified is None:
         return
     if _format.parse_timestamp(modified) is None:
         report.problem(
-            "metadata", f"metadata: modified_at {modified!r} is not an RFC 3339 timestamp"
+            "metadata",
+            f"metadata: modified_at {_format.shown(modified)} is not an RFC 3339 timestamp",
         )
     elif not modified.endswith("Z"):
         report.warning(
             "metadata",
-            f"metadata: modified_at {modified!r} is not in UTC with a trailing 'Z' (the spec "
-            "recommends it)",
+            f"metadata: modified_at {_format.shown(modified)} is not in UTC with a trailing 'Z' "
+            "(the spec recommends it)",
         )
 
 

@@ -47,7 +47,9 @@ def describe(path: Path) -> None:
         window = np.array2string(np.asarray(temp[100:102, 200:204]), precision=2, separator=", ")
         print(f"  temperature[100:102, 200:204] =\n{window}")
     # The file is plain SQLite: any SQLite client can read it.
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    # As a URI the path is percent-encoded: a '?', '#' or '%' in it would otherwise start the
+    # query, drop "mode=ro" with a fragment or name another file.
+    con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     try:
         version, created_by = (
             con.execute(

@@ -183,9 +183,9 @@ class IncompatibleFlagError(FormatError):
 
 
 class UnsafeSchemaError(FormatError):
-    """The file's schema holds SQL that would run when its SQLiteStore tables are read or
-    written: a trigger, a generated column, a view or virtual table in their place, an
-    expression or partial index. zarrdb refuses such a file rather than run its author's code."""
+    """The file's schema holds what a SQLiteStore file may not: a trigger, a view, a virtual
+    table, an explicit index or a generated column (on any table), or a column of its own in
+    a SQLiteStore table. zarrdb refuses such a file rather than run its author's code."""
 
 
 class MetadataConversionError(ZarrDBError, ValueError):

@@ -114,6 +114,15 @@ class RemoteObject:
                 errors.RemoteReadError, f"cannot open {self.url!r}", exc, location
             ) from exc
         self.size: int = int(meta["size"])
+        if self.size > _LARGEST_FILE:
+            # A claim (a Content-Range total up to 2**64 - 1) no SQLite file can make: refused
+            # before it sizes anything.
+            raise errors.RemoteReadError(
+                f"{self.url!r}: the server says the file is {self.size:,} bytes long, more than "
+                f"an SQLite database can be ({_LARGEST_FILE:,} bytes)",
+                code=10,
+                filename=self.url,
+            )
         self.etag: str | None = meta.get("e_tag")
         self.version: str | None = meta.get("version")
         self.last_modified = meta.get("last_modified")
@@ -282,6 +291,10 @@ def release_caches() -> None:
     """
     with _shared_lock:
         _shared.clear()
+
+
+# The largest SQLite database: 4,294,967,294 pages of 65,536 bytes.
+_LARGEST_FILE = 4_294_967_294 * 65_536
 
 
 def _check_header(header: bytes, url: str) -> None:

@@ -143,3 +143,58 @@ def test_engine_statement_ends_promptly_on_a_signal(tmp_path, signum):
     assert child.returncode == 130, out + err
     assert out.strip() == "interrupted"
     assert took < PROMPT
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_writer_statement_ends_promptly_on_a_signal(tmp_path, signum):
+    """A statement the writer thread runs, which would never end (an endless trigger, let run
+    on this connection for the test: zarrdb refuses such files and runs no trigger otherwise),
+    while the main thread waits for the write (issue 37): the signal stops it."""
+    path = builders.make_store_file(tmp_path / "plain.zarrdb")
+    script = textwrap.dedent(
+        """
+        import signal, sys
+        from zarrdb._core import Database, Writer
+
+        def stop(signum, frame):
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGTERM, stop)
+        db = Database(sys.argv[1])
+        if hasattr(db, "set_limit"):
+            db.set_limit("TRIGGER_DEPTH", 1)
+        db.execute(
+            "CREATE TRIGGER forever AFTER INSERT ON zarr BEGIN SELECT count(*) FROM "
+            "(WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c); END"
+        )
+        writer = Writer(db)
+        print("started", flush=True)
+        try:
+            writer.write([("set", "a/c/9", b"never")])
+        except KeyboardInterrupt:
+            writer.close()
+            db.close()
+            print("interrupted", flush=True)
+            sys.exit(130)
+        print("finished", flush=True)
+        """
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert child.stdout.readline().strip() == "started"
+        time.sleep(0.5)  # inside the statement, which never ends by itself
+        took, out, err = _ends_promptly(child, signum)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 130, out + err
+    assert out.strip() == "interrupted"
+    assert took < PROMPT
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        assert con.execute("SELECT count(*) FROM zarr WHERE k = 'a/c/9'").fetchone() == (0,)
+    finally:
+        con.close()

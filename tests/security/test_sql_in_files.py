@@ -150,20 +150,21 @@ def test_virtual_zarr_table_is_refused(tmp_path):
         SQLiteStore(path, read_only=True).ensure_open()
 
 
-def test_other_tables_may_carry_code(tmp_path):
-    """The spec lets a file hold other tables, which readers ignore: code on them never runs
-    on zarrdb's statements, so the file is read and written as usual."""
+def test_code_on_other_tables_is_refused_too(tmp_path):
+    """No writer of the format makes triggers, views or generated columns, on any table: a
+    file holding one is refused whatever it is attached to (issue 37; they were once allowed
+    on tables of other data, which readers ignore)."""
     path = _with_sql(
         tmp_path / "other.zarrdb",
         "CREATE TABLE notes(a, b GENERATED ALWAYS AS (a * 2)); "
         "CREATE TRIGGER t AFTER INSERT ON notes BEGIN SELECT 1; END; "
         "CREATE VIEW recent AS SELECT * FROM notes",
     )
-    with SQLiteStore(path) as store:
-        store.set_sync("a/c/1", cpu.Buffer.from_bytes(b"new!"))
-    rows = dict(_rows(path))
-    assert rows["a/c/1"] == b"new!"
-    assert rows["zarr.json"] == builders.hand_written_entries()["zarr.json"]
+    with pytest.raises(errors.UnsafeSchemaError) as caught:
+        SQLiteStore(path).ensure_open()
+    for named in ("generated column 'b' in table notes", "trigger 't' on table notes",
+                  "view 'recent'"):  # fmt: skip
+        assert named in str(caught.value)
 
 
 # --- the command line -------------------------------------------------------------------------

@@ -130,3 +130,15 @@ def test_json_output_is_unchanged(hostile, capsys):
     assert_harmless(out)
     facts = json.loads(out)
     assert facts["file"]["created_by"] == f"me{TITLE}{ERASE}{BLINK}{LINK}{FORGED}"
+
+
+@pytest.mark.parametrize("command", ["vacuum", "snapshot"])
+def test_vacuum_and_snapshot_escape_the_file_name(tmp_path, capsys, command):
+    """Their one-line reports name FILE (and DEST) as given (issue 37)."""
+    path = make_store_file(tmp_path / f"in{TITLE}{ERASE}{FORGED}.zarrdb")
+    extra = [tmp_path / f"copy{TITLE}.zarrdb"] if command == "snapshot" else []
+    code, out, err = run_here(capsys, command, path, *extra)
+    assert code == 0, out + err
+    assert_harmless(out + err)
+    assert "in\\x1b]0;pwned\\x07\\x1b[2J\\nFORGED zarrdb: ok.zarrdb" in out, out
+    assert out.count("\n") == 1

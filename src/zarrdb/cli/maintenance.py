@@ -170,7 +170,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
             }
         )
     else:
-        print(
+        say(
             f"snapshot of {args.file} written to {dest}: {facts['keys']:,} keys, {common.human(size)}, "
             f"journal mode {facts['journal_mode']}, in {elapsed:.2f} s"
         )
@@ -213,7 +213,7 @@ def run_vacuum(args: argparse.Namespace) -> int:
         )
     else:
         reclaimed = max(0, before["file_size"] - after["file_size"])
-        print(
+        say(
             f"{args.file}: {common.human(before['file_size'])} -> {common.human(after['file_size'])} "
             f"(reclaimed {common.human(reclaimed)}; free pages "
             f"{before['freelist_count']:,} -> {after['freelist_count']:,})"
