@@ -28,7 +28,7 @@ from libc.string cimport memchr, memcmp, memcpy, memset
 from zarrdb._sqlite3 cimport *
 from zarrdb._zthreads cimport *
 
-from zarrdb import _format, errors as _errors
+from zarrdb import _beside, _format, errors as _errors
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
@@ -325,6 +325,9 @@ cdef class Database:
                 f"cannot open {path!r}: is a directory (a database is a single file)",
                 code=SQLITE_CANTOPEN, filename=path, sqlite_message="is a directory",
             )
+        if not uri:
+            # The -wal, -shm and -journal SQLite would read as part of the file must be its own.
+            _beside.check(path)
         if immutable:
             mode = "r"
         flags = SQLITE_OPEN_EXRESCODE | SQLITE_OPEN_NOMUTEX

@@ -40,6 +40,7 @@ __all__ = [
     "RemoteFileChangedError",
     "RemoteWriteError",
     "UnclosedFileError",
+    "SidecarError",
     "sqlite_error",
 ]
 
@@ -214,6 +215,16 @@ class ConcurrentUseError(ZarrDBError, RuntimeError):
 class ForkedProcessError(ZarrDBError, RuntimeError):
     """A connection opened in a parent process was used in a child after ``fork()``. Open the
     database again in the child (a pickled ``SQLiteStore`` reopens by itself)."""
+
+
+class SidecarError(CantOpenError):
+    """A ``-wal``, ``-shm`` or ``-journal`` file beside the database is not the file's own
+    (another owner, writable by users who may not write the file, not a regular file, or a
+    write-ahead log beside a file in rollback mode). SQLite would read it as part of the file,
+    so nothing is opened; the message says what to do if it is yours."""
+
+    def __init__(self, message: str, *, filename: str | None = None) -> None:
+        super().__init__(message, code=SQLITE_CANTOPEN, filename=filename)
 
 
 # SQLite's primary result codes (sqlite3.h), by name. The engine checks at import that they
