@@ -56,6 +56,8 @@ cdef unsigned long _main_thread = PyThread_get_thread_ident()
 
 
 cdef extern from "_sqlite_amalgamation.h" nogil:
+    int ZARRDB_CHAIN_LOOP
+    int zarrdb_blob_chain_check(sqlite3_blob* blob, int64_t upto)
     void zarrdb_fork_prepare()
     void zarrdb_fork_parent()
     void zarrdb_fork_child()
@@ -507,6 +509,18 @@ cdef class Database:
             )
         return self._error(rc, "cannot list keys")
 
+    cdef object _read_error(self, int rc, object key):
+        """The exception for a read of `key` that failed with `rc` (or ZARRDB_CHAIN_LOOP)."""
+        if rc == ZARRDB_CHAIN_LOOP:
+            return _errors.DatabaseCorruptError(
+                f"{self.path!r}: the value of {key!r} continues on a chain of pages that comes "
+                "back to a page it has passed already, so it would read the same bytes over "
+                "and over: the file is damaged or crafted ('zarrdb check' lists what SQLite "
+                "finds)",
+                code=SQLITE_CORRUPT, filename=self.path,
+            )
+        return self._error(rc, f"cannot read {key!r}")
+
     cdef object _null_value_error(self, object key):
         return _errors.DatabaseCorruptError(
             f"{self.path!r}: the value of {key!r} is NULL; a SQLiteStore file must not hold "
@@ -810,38 +824,34 @@ cdef class Database:
             if size > limit:
                 return size
             # The statement is not reset yet: its read transaction keeps `src` and `rowid` valid.
-            try:
-                out = PyBytes_FromStringAndSize(NULL, n if inline else size)
-            except BaseException:
-                sqlite3_reset(stmt)
-                raise
-            dst = PyBytes_AS_STRING(out)
-            if inline:
-                self._size_guess = n
+            if not inline:
+                # The blob's size in bytes (a value another program stored as TEXT has more
+                # than length() counted characters), and its chain checked, before allocating.
                 with nogil:
-                    if n > 0:
-                        memcpy(dst, src, n)
-                    sqlite3_reset(stmt)
-                return out
-            with nogil:
-                rc = sqlite3_blob_open(self.db, "main", _TABLE_C, "v", rowid, 0, &blob)
-                if rc == SQLITE_OK:
-                    n = sqlite3_blob_bytes(blob)
-                    if n == size:
-                        rc = sqlite3_blob_read(blob, dst, <int>size, 0)
-            if rc == SQLITE_OK and n != size:
-                # Stored as TEXT by another program: length() counted characters, not bytes.
+                    rc = sqlite3_blob_open(self.db, "main", _TABLE_C, "v", rowid, 0, &blob)
+                    if rc == SQLITE_OK:
+                        n = sqlite3_blob_bytes(blob)
+                        rc = zarrdb_blob_chain_check(blob, n)
+            if rc == SQLITE_ROW or rc == SQLITE_OK:
                 try:
                     out = PyBytes_FromStringAndSize(NULL, n)
                 except BaseException:
                     with nogil:
-                        sqlite3_blob_close(blob)
+                        if blob != NULL:
+                            sqlite3_blob_close(blob)
                         sqlite3_reset(stmt)
                     raise
                 dst = PyBytes_AS_STRING(out)
+                if inline:
+                    self._size_guess = n
+                    with nogil:
+                        if n > 0:
+                            memcpy(dst, src, n)
+                        sqlite3_reset(stmt)
+                    return out
                 with nogil:
                     rc = sqlite3_blob_read(blob, dst, <int>n, 0)
-            err = None if rc == SQLITE_OK else self._error(rc, f"cannot read {key!r}")
+            err = None if rc == SQLITE_OK else self._read_error(rc, key)
             with nogil:
                 if blob != NULL:
                     sqlite3_blob_close(blob)
@@ -935,20 +945,26 @@ cdef class Database:
             want = size - s
             if length is not None and length < want:
                 want = length
-            try:
-                out = PyBytes_FromStringAndSize(NULL, want)
-            except BaseException:
-                sqlite3_reset(locate)
-                raise
-            dst = PyBytes_AS_STRING(out)
-            with nogil:
-                if want > 0:
+            rc = SQLITE_OK
+            if want > 0:
+                with nogil:  # the chain as far as the range reaches, checked before allocating
                     rc = sqlite3_blob_open(self.db, "main", _TABLE_C, "v", rowid, 0, &blob)
                     if rc == SQLITE_OK:
+                        rc = zarrdb_blob_chain_check(blob, s + want)
+            if rc == SQLITE_OK:
+                try:
+                    out = PyBytes_FromStringAndSize(NULL, want)
+                except BaseException:
+                    with nogil:
+                        if blob != NULL:
+                            sqlite3_blob_close(blob)
+                        sqlite3_reset(locate)
+                    raise
+                dst = PyBytes_AS_STRING(out)
+                if want > 0:
+                    with nogil:
                         rc = sqlite3_blob_read(blob, dst, <int>want, <int>s)
-                else:
-                    rc = SQLITE_OK
-            err = None if rc == SQLITE_OK else self._error(rc, f"cannot read {key!r}")
+            err = None if rc == SQLITE_OK else self._read_error(rc, key)
             with nogil:
                 if blob != NULL:
                     sqlite3_blob_close(blob)
@@ -1057,6 +1073,24 @@ cdef class Database:
                             sqlite3_reset(locate)
                             raise self._null_value_error(reqs[failed_at][0])
                         self._raise(rc, locate, f"cannot read {reqs[failed_at][0]!r}")
+                    # The chains of the ranges that reach past what a page holds inline,
+                    # checked before anything is allocated for them.
+                    with nogil:
+                        for i in range(count):
+                            if lengths[i] <= 0 or starts[i] + lengths[i] < _BLOB_READ_MIN:
+                                continue
+                            if blob == NULL:
+                                rc = sqlite3_blob_open(self.db, "main", _TABLE_C, "v", rowids[i],
+                                                       0, &blob)
+                            else:
+                                rc = sqlite3_blob_reopen(blob, rowids[i])
+                            if rc == SQLITE_OK:
+                                rc = zarrdb_blob_chain_check(blob, starts[i] + lengths[i])
+                            if rc != SQLITE_OK:
+                                failed_at = i
+                                break
+                    if rc != SQLITE_OK:
+                        raise self._read_error(rc, reqs[failed_at][0])
                     # The result objects, allocated with the GIL.
                     results = [None] * count
                     for i in range(count):
