@@ -41,6 +41,7 @@ __all__ = [
     "RemoteWriteError",
     "UnclosedFileError",
     "SidecarError",
+    "CoordinateTooLargeError",
     "sqlite_error",
 ]
 
@@ -225,6 +226,12 @@ class SidecarError(CantOpenError):
 
     def __init__(self, message: str, *, filename: str | None = None) -> None:
         super().__init__(message, code=SQLITE_CANTOPEN, filename=filename)
+
+
+class CoordinateTooLargeError(ZarrDBError, ValueError):
+    """The dimension coordinates xarray reads whole when it opens a dataset declare more bytes
+    than the backend's `max_coordinate_bytes` allows (a file can declare any size and store
+    nothing). Pass a larger limit, or None, for a file you trust."""
 
 
 # SQLite's primary result codes (sqlite3.h), by name. The engine checks at import that they
