@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 
 from zarrdb import errors
 
@@ -34,9 +35,9 @@ _HEADER = 100
 _MAGIC = b"SQLite format 3\x00"
 
 
-def check(path: str) -> None:
-    """SidecarError if a file beside `path` could put other pages into it; DatabaseCorruptError
-    if its size is not what its header says. Nothing is opened for writing."""
+def check(path: str) -> dict[str, int]:
+    """SidecarError if a file beside `path` could put other pages into it, by what the file
+    system says of each (nothing is opened); the size of each sidecar found, by suffix."""
     real = os.path.realpath(path)  # SQLite names the sidecars after the file a link points to
     try:
         st: os.stat_result | None = os.stat(real)
@@ -53,20 +54,42 @@ def check(path: str) -> None:
         if why:
             raise _refusal(path, side, why)
         sizes[suffix] = found.st_size
-    if st is None or not stat.S_ISREG(st.st_mode):
+    return sizes
+
+
+def check_header(
+    path: str, sidecars: dict[str, int], read: Callable[[], tuple[bytes, int] | None]
+) -> None:
+    """The checks that need the file's header, given its sidecars' sizes (from `check`) and
+    `read()`, which gives the header's bytes and the file's size. Read through the handle
+    SQLite has open (Database) or before any connection of this process has the file open:
+    closing another descriptor of the file would drop every POSIX lock the process holds on
+    it. SidecarError for a log beside a file in rollback mode; DatabaseCorruptError if the
+    size is not the header's."""
+    first = read()
+    if first is None or len(first[0]) < _HEADER or not first[0].startswith(_MAGIC):
         return
-    head = _header(real)
-    if head is None:
-        return
-    if sizes.get("-wal", 0) > 0 and head[18] == 1 and head[19] == 1:
+    head = first[0]
+    if head[18] != 1 or head[19] != 1:
+        return  # WAL mode (or a format SQLite refuses itself)
+    if sidecars.get("-wal", 0) > 0:
         raise _refusal(
             path,
-            real + "-wal",
+            os.path.realpath(path) + "-wal",
             "is a write-ahead log that is not empty, while the file's header says it is not in "
             "WAL mode: no writer of this file leaves one",
         )
-    if head[18] == 1 and head[19] == 1 and not sizes.get("-wal") and not sizes.get("-journal"):
-        _check_size(path, real, head)
+    if not sidecars.get("-journal"):
+        _check_size(path, first, read)
+
+
+def read_head(path: str) -> tuple[bytes, int] | None:
+    """The header's bytes and the size of the file at `path`, opened here (see check_header)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(_HEADER), os.fstat(f.fileno()).st_size
+    except OSError:
+        return None
 
 
 def _problem(st: os.stat_result | None, found: os.stat_result) -> str:
@@ -86,38 +109,33 @@ def _problem(st: os.stat_result | None, found: os.stat_result) -> str:
     return ""
 
 
-def _header(real: str) -> bytes | None:
-    try:
-        with open(real, "rb") as f:
-            head = f.read(_HEADER)
-    except OSError:
-        return None
-    return head if len(head) == _HEADER and head.startswith(_MAGIC) else None
-
-
-def _check_size(path: str, real: str, head: bytes) -> None:
+def _check_size(
+    path: str, first: tuple[bytes, int], read: Callable[[], tuple[bytes, int] | None]
+) -> None:
     """The header's page count (where SQLite trusts it) times the page size is the file's size,
-    read while no commit was under way (the change counter the same before and after, no
-    journal then)."""
+    as read while no commit was under way: the same header and size before and after a look
+    at the journal, which was empty (a commit fills the journal before it writes the file,
+    and empties it last)."""
+    journal = os.path.realpath(path) + "-journal"
     for _ in range(3):
         try:
-            with open(real, "rb") as f:
-                first = f.read(_HEADER)
-                size = os.fstat(f.fileno()).st_size
-                journal = os.path.exists(real + "-journal") and os.path.getsize(real + "-journal")
-                f.seek(0)
-                again = f.read(_HEADER)
+            busy = os.path.getsize(journal) > 0
         except OSError:
+            busy = False
+        again = read()
+        if again is None:
             return
-        if first == again:
+        if again == first:
             break
+        first = again
     else:
         return  # a writer busy all along: SQLite's own checks stand
-    if journal or len(first) < _HEADER or first[24:28] != first[92:96]:
+    head, size = first
+    if busy or head[24:28] != head[92:96]:
         return  # a commit under way, or a count SQLite does not trust (it uses the size)
-    page_size = int.from_bytes(first[16:18], "big")
+    page_size = int.from_bytes(head[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
-    pages = int.from_bytes(first[28:32], "big")
+    pages = int.from_bytes(head[28:32], "big")
     if pages == 0 or page_size * pages == size:
         return
     raise errors.DatabaseCorruptError(

@@ -89,11 +89,14 @@ class Connections:
         # A file a writer left in WAL mode, without its -wal/-shm files: reading it makes SQLite
         # create them, and a read-only connection cannot remove them. Remember it, to tidy up
         # at close (see _opening.remove_sidecars_we_made).
+        # The header is read only where no other store of this process has the file open:
+        # closing a descriptor of the file drops every POSIX lock the process holds on it.
         self.made_sidecars = (
             self.remote_location is None
             and not opts["immutable"]
-            and _opening.header_says_wal(path)
             and not any(os.path.exists(path + s) for s in ("-wal", "-shm"))
+            and not _open_files.open_in_this_process(path)
+            and _opening.header_says_wal(path)
         )
         # Whose journal lies beside the file is looked at before SQLite opens it: SQLite run by
         # root gives a journal it opens the owner of the file.

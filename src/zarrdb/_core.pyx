@@ -58,6 +58,7 @@ cdef unsigned long _main_thread = PyThread_get_thread_ident()
 cdef extern from "_sqlite_amalgamation.h" nogil:
     int ZARRDB_CHAIN_LOOP
     int zarrdb_blob_chain_check(sqlite3_blob* blob, int64_t upto)
+    int zarrdb_main_head(sqlite3* db, unsigned char* buf, int n, int64_t* size)
     void zarrdb_fork_prepare()
     void zarrdb_fork_parent()
     void zarrdb_fork_child()
@@ -327,9 +328,8 @@ cdef class Database:
                 f"cannot open {path!r}: is a directory (a database is a single file)",
                 code=SQLITE_CANTOPEN, filename=path, sqlite_message="is a directory",
             )
-        if not uri:
-            # The -wal, -shm and -journal SQLite would read as part of the file must be its own.
-            _beside.check(path)
+        # The -wal, -shm and -journal SQLite would read as part of the file must be its own.
+        sidecars = None if uri else _beside.check(path)
         if immutable:
             mode = "r"
         flags = SQLITE_OPEN_EXRESCODE | SQLITE_OPEN_NOMUTEX
@@ -374,6 +374,8 @@ cdef class Database:
                 rc = _harden(handle)
             if rc != SQLITE_OK:
                 raise self._error(rc, "cannot configure the connection to")
+            if sidecars is not None and vfs is None:
+                _beside.check_header(path, sidecars, self._main_head)
             self._busy_timeout = max(0.0, float(busy_timeout))
             self._busy.timeout_us = <int64_t>self._busy_ms() * 1000
             with nogil:
@@ -412,6 +414,18 @@ cdef class Database:
             raise
 
     # --- plumbing ---------------------------------------------------------------------------
+
+    def _main_head(self):
+        """(the header's 100 bytes, the file's size), read through SQLite's own handle of the
+        file; None if it cannot be read."""
+        cdef unsigned char buf[100]
+        cdef int64_t size = 0
+        cdef int rc
+        with nogil:
+            rc = zarrdb_main_head(self.db, buf, 100, &size)
+        if rc != SQLITE_OK:
+            return None
+        return PyBytes_FromStringAndSize(<char*>buf, 100), size
 
     cdef int _busy_ms(self) noexcept nogil:
         if self._busy_timeout * 1000 >= 2147483647:

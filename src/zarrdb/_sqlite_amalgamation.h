@@ -51,6 +51,23 @@ static void zarrdb_fork_child(void) {}
 #endif
 
 /*
+ * The first `n` bytes of a connection's main database file and the file's size, read through
+ * the handle SQLite opened: opening the file again and closing that descriptor would drop every
+ * POSIX lock this process holds on it (those of its other connections included).
+ */
+static int zarrdb_main_head(sqlite3 *db, unsigned char *buf, int n, sqlite3_int64 *size)
+{
+    sqlite3_file *f = 0;
+    int rc = sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &f);
+    if (rc != SQLITE_OK || f == 0 || f->pMethods == 0) return SQLITE_ERROR;
+    rc = f->pMethods->xFileSize(f, size);
+    if (rc != SQLITE_OK) return rc;
+    memset(buf, 0, (size_t)n);
+    rc = f->pMethods->xRead(f, buf, n, 0);
+    return rc == SQLITE_IOERR_SHORT_READ ? SQLITE_OK : rc;
+}
+
+/*
  * Overflow chains that come back on themselves. A value longer than fits on its b-tree page
  * continues on a chain of overflow pages, each naming the next. SQLite reads as many bytes as
  * the row's record claims and bounds the claim only by the file's size (page count x page

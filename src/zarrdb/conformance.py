@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from zarrdb import _beside, _format, errors
+from zarrdb._open_files import open_in_this_process
 
 __all__ = ["KEY_RULES", "Finding", "Report", "check_file", "key_problem"]
 
@@ -117,10 +118,12 @@ def check_file(path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> Re
     path = os.fspath(path)
     uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
     size_problem = None
-    try:
-        _beside.check(path)  # SidecarError: a -wal, -shm or -journal that is not the file's own
-    except errors.DatabaseCorruptError as exc:  # its size is not what its header says
-        size_problem = str(exc)
+    sidecars = _beside.check(path)  # SidecarError: a -wal, -shm or -journal not the file's own
+    if not open_in_this_process(path):  # reading the header here would drop a store's locks
+        try:
+            _beside.check_header(path, sidecars, lambda: _beside.read_head(path))
+        except errors.DatabaseCorruptError as exc:  # its size is not what its header says
+            size_problem = str(exc)
     try:
         con = sqlite3.connect(uri, uri=True, timeout=busy_timeout, isolation_level=None)
     except sqlite3.Error as exc:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import zarr
+from zarr.core.buffer import default_buffer_prototype
 
 from cli.helpers import assert_bad_input, fingerprint, run
 from format.builders import make_store_file
@@ -174,3 +175,23 @@ def test_a_file_whose_size_is_not_its_headers_is_refused(tmp_path, change):
         SQLiteStore(path, read_only=True).ensure_open()
     report = conformance.check_file(path)
     assert any("header says" in f.message for f in report.findings)
+
+
+def test_the_checks_keep_the_locks_of_this_process(tmp_path):
+    """The header is read through SQLite's own handle: closing another descriptor of the file
+    would drop every POSIX lock this process holds on it, here a writer's, and let another
+    process write in the middle of its transaction."""
+    import subprocess
+    import sys
+
+    path = victim(tmp_path)
+    with SQLiteStore(path) as writer, writer.transaction():
+        writer.set_sync("k", default_buffer_prototype().buffer.from_bytes(b"x"))
+        with SQLiteStore(path, read_only=True) as reader:  # opened and closed meanwhile
+            assert reader.get_sync("zarr.json") is not None
+        other = subprocess.run(
+            [sys.executable, "-c", "import sqlite3, sys; "
+             "sqlite3.connect(sys.argv[1], timeout=0).execute('BEGIN IMMEDIATE')", str(path)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert other.returncode != 0 and "locked" in other.stderr, other.stderr
