@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
+from typing import NamedTuple
 
 from zarrdb import errors
 
@@ -35,9 +36,17 @@ _HEADER = 100
 _MAGIC = b"SQLite format 3\x00"
 
 
-def check(path: str) -> dict[str, int]:
+class Found(NamedTuple):
+    """The path SQLite names the sidecars after (links resolved), and the size of each
+    sidecar there, by suffix."""
+
+    real: str
+    sizes: dict[str, int]
+
+
+def check(path: str) -> Found:
     """SidecarError if a file beside `path` could put other pages into it, by what the file
-    system says of each (nothing is opened); the size of each sidecar found, by suffix."""
+    system says of each (nothing is opened); what was found."""
     real = os.path.realpath(path)  # SQLite names the sidecars after the file a link points to
     try:
         st: os.stat_result | None = os.stat(real)
@@ -54,13 +63,13 @@ def check(path: str) -> dict[str, int]:
         if why:
             raise _refusal(path, side, why)
         sizes[suffix] = found.st_size
-    return sizes
+    return Found(real, sizes)
 
 
 def check_header(
-    path: str, sidecars: dict[str, int], read: Callable[[], tuple[bytes, int] | None]
+    path: str, found: Found, read: Callable[[], tuple[bytes, int] | None]
 ) -> None:
-    """The checks that need the file's header, given its sidecars' sizes (from `check`) and
+    """The checks that need the file's header, given what `check` found beside it and
     `read()`, which gives the header's bytes and the file's size. Read through the handle
     SQLite has open (Database) or before any connection of this process has the file open:
     closing another descriptor of the file would drop every POSIX lock the process holds on
@@ -72,15 +81,15 @@ def check_header(
     head = first[0]
     if head[18] != 1 or head[19] != 1:
         return  # WAL mode (or a format SQLite refuses itself)
-    if sidecars.get("-wal", 0) > 0:
+    if found.sizes.get("-wal", 0) > 0:
         raise _refusal(
             path,
-            os.path.realpath(path) + "-wal",
+            found.real + "-wal",
             "is a write-ahead log that is not empty, while the file's header says it is not in "
             "WAL mode: no writer of this file leaves one",
         )
-    if not sidecars.get("-journal"):
-        _check_size(path, first, read)
+    if not found.sizes.get("-journal"):
+        _check_size(path, found.real + "-journal", first, read)
 
 
 def read_head(path: str) -> tuple[bytes, int] | None:
@@ -110,13 +119,12 @@ def _problem(st: os.stat_result | None, found: os.stat_result) -> str:
 
 
 def _check_size(
-    path: str, first: tuple[bytes, int], read: Callable[[], tuple[bytes, int] | None]
+    path: str, journal: str, first: tuple[bytes, int], read: Callable[[], tuple[bytes, int] | None]
 ) -> None:
     """The header's page count (where SQLite trusts it) times the page size is the file's size,
     as read while no commit was under way: the same header and size before and after a look
     at the journal, which was empty (a commit fills the journal before it writes the file,
     and empties it last)."""
-    journal = os.path.realpath(path) + "-journal"
     for _ in range(3):
         try:
             busy = os.path.getsize(journal) > 0

@@ -274,6 +274,10 @@ cdef class Database:
     cdef int busy
     cdef readonly str path
     cdef readonly bint readonly
+    # What was beside the file when it was opened (_beside.Found; None for a URI or another
+    # VFS), and its header's first 100 bytes as SQLite's handle read them then (b"" if none).
+    cdef readonly object beside
+    cdef readonly bytes header
     cdef double _busy_timeout
     cdef BusyWait _busy
     cdef Py_ssize_t _size_guess
@@ -290,6 +294,8 @@ cdef class Database:
         self._interruption = None
         self._size_guess = 0
         self._file_bytes = 0
+        self.beside = None
+        self.header = b""
         for i in range(<int>S_COUNT):
             self.stmts[i] = NULL
 
@@ -375,6 +381,8 @@ cdef class Database:
             if rc != SQLITE_OK:
                 raise self._error(rc, "cannot configure the connection to")
             if sidecars is not None and vfs is None:
+                self.beside = sidecars
+                self.header = (self._main_head() or (b"", 0))[0]
                 _beside.check_header(path, sidecars, self._main_head)
             self._busy_timeout = max(0.0, float(busy_timeout))
             self._busy.timeout_us = <int64_t>self._busy_ms() * 1000

@@ -15,6 +15,8 @@ import json
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 from contextlib import closing
 from pathlib import Path
 
@@ -131,11 +133,19 @@ def test_sidecars_as_writable_as_the_file_are_accepted(tmp_path):
 
 
 def test_a_sidecar_that_is_not_a_regular_file_is_refused(tmp_path):
-    """A pipe as the journal would hold the open forever; a link points anywhere."""
+    """A pipe as the journal held the open forever (in a child, so that it cannot hold the
+    tests); a link points anywhere."""
     path = victim(tmp_path)
     os.mkfifo(f"{path}-journal")
-    with pytest.raises(errors.SidecarError, match="not a regular file"):
-        SQLiteStore(path, read_only=True).ensure_open()
+    try:
+        child = subprocess.run(
+            [sys.executable, "-c", "import sys; from zarrdb import SQLiteStore; "
+             "SQLiteStore(sys.argv[1], read_only=True).ensure_open()", str(path)],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail("opening a file beside a pipe named as its journal hung")
+    assert "SidecarError" in child.stderr and "not a regular file" in child.stderr, child.stderr
     os.unlink(f"{path}-journal")
     os.symlink(tmp_path / "elsewhere", f"{path}-wal")
     with pytest.raises(errors.SidecarError, match="not a regular file"):
@@ -181,9 +191,6 @@ def test_the_checks_keep_the_locks_of_this_process(tmp_path):
     """The header is read through SQLite's own handle: closing another descriptor of the file
     would drop every POSIX lock this process holds on it, here a writer's, and let another
     process write in the middle of its transaction."""
-    import subprocess
-    import sys
-
     path = victim(tmp_path)
     with SQLiteStore(path) as writer, writer.transaction():
         writer.set_sync("k", default_buffer_prototype().buffer.from_bytes(b"x"))
