@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,10 @@ from security._hostile_http import HostileServer
 from security._overflow import bomb_file, run_measured, sound_file
 from zarrdb import SQLiteStore
 from zarrdb.errors import DatabaseCorruptError
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="sparse files, and /proc for the peak (Linux)"
+)
 
 proto = default_buffer_prototype()
 TIB = 1 << 40
