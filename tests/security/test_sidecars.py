@@ -32,7 +32,8 @@ pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX owners, modes,
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(
-    os.name != "posix" or os.geteuid() != 0, reason="giving a file another owner needs root (CI runs as root)"
+    os.name != "posix" or os.geteuid() != 0,
+    reason="giving a file another owner needs root (CI runs as root)",
 )
 PLANTED = {"zarr_format": 3, "node_type": "group", "attributes": {"planted": True}}
 
