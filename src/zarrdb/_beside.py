@@ -20,6 +20,10 @@ And, in rollback mode with no journal or log in use, the header's page count tim
 size must be the file's size (fstat), which is then what SQLite bounds every read by. In WAL
 mode the file's header lags the log, and while a writer commits the file grows before its
 journal empties; neither is checked.
+
+SQLite looks for a -wal and a hot -journal again at each read transaction of a file in
+rollback mode: the engine's connections to local files use a VFS that applies the first three
+rules again as SQLite opens either ("zarrdb-guarded", _sqlite_amalgamation.h).
 """
 
 from __future__ import annotations

@@ -59,6 +59,7 @@ cdef extern from "_sqlite_amalgamation.h" nogil:
     int ZARRDB_CHAIN_LOOP
     int zarrdb_blob_chain_check(sqlite3_blob* blob, int64_t upto)
     int zarrdb_main_head(sqlite3* db, unsigned char* buf, int n, int64_t* size)
+    const char* zarrdb_guarded_vfs()
     void zarrdb_fork_prepare()
     void zarrdb_fork_parent()
     void zarrdb_fork_child()
@@ -356,6 +357,8 @@ cdef class Database:
         c_target = target
         if vfs_name is not None:
             c_vfs = vfs_name
+        elif not uri:
+            c_vfs = zarrdb_guarded_vfs()  # a -wal or -journal planted later is not read
         with nogil:
             rc = sqlite3_open_v2(c_target, &handle, flags, c_vfs)
         if rc != SQLITE_OK:
@@ -493,6 +496,13 @@ cdef class Database:
             message = sqlite3_errstr(rc).decode("utf-8", "replace")
         else:
             message = sqlite3_errmsg(self.db).decode("utf-8", "replace")
+        if (rc & 0xFF) == SQLITE_CANTOPEN and self.beside is not None:
+            # The guarded VFS refused a -wal or -journal put beside the file after it was
+            # opened: say which, as the check at open would have.
+            try:
+                _beside.check(self.path)
+            except _errors.SidecarError as exc:
+                return exc
         if (rc & 0xFF) in (SQLITE_BUSY, SQLITE_LOCKED):
             waited = f"gave up after waiting {self._busy_timeout:g} s for a lock"
             context = f"{context}: {waited}" if context else waited

@@ -51,6 +51,82 @@ static void zarrdb_fork_child(void) {}
 #endif
 
 /*
+ * The files beside a database, checked as SQLite opens them. zarrdb checks the -wal, -shm and
+ * -journal beside a file before each open (_beside.py); SQLite looks for a -wal and a hot
+ * -journal again at each read transaction of a file in rollback mode, so one planted later,
+ * while a connection stays open, would still be read. Connections to local files therefore
+ * use "zarrdb-guarded": the platform's own VFS, except that a -wal or -journal that is not a
+ * regular file, has another owner than the database, or may be written by users who may not
+ * write the database is not opened (SQLITE_CANTOPEN): the read fails instead of taking in
+ * someone else's pages. POSIX only; elsewhere the default VFS is used as it is.
+ */
+#if !defined(_WIN32)
+#include <sys/stat.h>
+
+static sqlite3_vfs zarrdb_guarded;
+static sqlite3_vfs *zarrdb_guarded_base = 0;
+
+/* Whether the sidecar `name` may be read as part of the database named by its first `cut`
+ * bytes (a sidecar not there yet is SQLite's to create). */
+static int zarrdb_sidecar_is_own(const char *name, size_t cut)
+{
+    struct stat side, db;
+    char *db_name;
+    int got;
+    if (lstat(name, &side) != 0) return 1;
+    if (!S_ISREG(side.st_mode)) return 0;
+    db_name = (char *)sqlite3_malloc64(cut + 1);
+    if (db_name == 0) return 0;
+    memcpy(db_name, name, cut);
+    db_name[cut] = 0;
+    got = stat(db_name, &db);
+    sqlite3_free(db_name);
+    if (got != 0 || side.st_uid != db.st_uid) return 0;
+    if ((side.st_mode & S_IWOTH) && !(db.st_mode & S_IWOTH)) return 0;
+    if ((side.st_mode & S_IWGRP) && !(db.st_mode & S_IWGRP)) return 0;
+    return 1;
+}
+
+static int zarrdb_guarded_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *file,
+                               int flags, int *out_flags)
+{
+    size_t n, suffix;
+    (void)vfs;
+    if (name != 0 && (flags & (SQLITE_OPEN_WAL | SQLITE_OPEN_MAIN_JOURNAL))) {
+        n = strlen(name);
+        suffix = (flags & SQLITE_OPEN_WAL) ? 4 : 8;  /* "-wal", "-journal" */
+        if (n > suffix && !zarrdb_sidecar_is_own(name, n - suffix)) {
+            file->pMethods = 0;
+            return SQLITE_CANTOPEN;
+        }
+    }
+    return zarrdb_guarded_base->xOpen(zarrdb_guarded_base, name, file, flags, out_flags);
+}
+
+/* The guarded VFS's name, registered on first use (with the GIL held: once); NULL if the
+ * default VFS is not there. */
+static const char *zarrdb_guarded_vfs(void)
+{
+    sqlite3_vfs *base;
+    if (zarrdb_guarded_base != 0) return zarrdb_guarded.zName;
+    base = sqlite3_vfs_find(0);
+    if (base == 0) return 0;
+    zarrdb_guarded = *base;
+    zarrdb_guarded.pNext = 0;
+    zarrdb_guarded.zName = "zarrdb-guarded";
+    zarrdb_guarded.xOpen = zarrdb_guarded_open;
+    zarrdb_guarded_base = base;
+    if (sqlite3_vfs_register(&zarrdb_guarded, 0) != SQLITE_OK) {
+        zarrdb_guarded_base = 0;
+        return 0;
+    }
+    return zarrdb_guarded.zName;
+}
+#else
+static const char *zarrdb_guarded_vfs(void) { return 0; }
+#endif
+
+/*
  * The first `n` bytes of a connection's main database file and the file's size, read through
  * the handle SQLite opened: opening the file again and closing that descriptor would drop every
  * POSIX lock this process holds on it (those of its other connections included).

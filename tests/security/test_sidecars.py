@@ -205,3 +205,23 @@ def test_the_checks_keep_the_locks_of_this_process(tmp_path):
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
     assert other.returncode != 0 and "locked" in other.stderr, other.stderr
+
+
+@needs_root
+def test_a_log_planted_while_the_file_is_open_is_not_read(tmp_path):
+    """SQLite looks for a -wal again at each read of a file in rollback mode: one planted
+    after the open (another user's) makes the read fail instead of being read (before: the
+    planted log's hierarchy was read). The engine's VFS refuses such a -wal or -journal as
+    SQLite opens it."""
+    path = victim(tmp_path)
+    spare = tmp_path / "spare"
+    spare.mkdir()
+    source = planted_wal(shutil.copyfile(path, spare / path.name), spare)
+    content = path.read_bytes()
+    with SQLiteStore(path, read_only=True) as store:
+        assert "planted" not in root_attributes(store)
+        shutil.copyfile(source, f"{path}-wal")
+        os.chown(f"{path}-wal", NOBODY, NOBODY)
+        with pytest.raises(errors.SidecarError, match="another user"):
+            root_attributes(store)
+    assert path.read_bytes() == content
