@@ -86,15 +86,6 @@ class Connections:
         opts = self.options
         if self.remote_location is None and not os.path.exists(path):
             raise FileNotFoundError(f"no such SQLiteStore file: {path!r}")
-        # A file a writer left in WAL mode, without its -wal/-shm files: reading it makes SQLite
-        # create them, and a read-only connection cannot remove them. Remember it, to tidy up
-        # at close (see _opening.remove_sidecars_we_made).
-        self.made_sidecars = (
-            self.remote_location is None
-            and not opts["immutable"]
-            and _opening.header_says_wal(path)
-            and not any(os.path.exists(path + s) for s in ("-wal", "-shm"))
-        )
         # Whose journal lies beside the file is looked at before SQLite opens it: SQLite run by
         # root gives a journal it opens the owner of the file.
         foreign = self.remote_location is None and _opening.foreign_journal(path)
@@ -107,6 +98,18 @@ class Connections:
             # needs it rolled back first, as any connection that may write would do.
             _opening.roll_back_hot_journal(path, opts["busy_timeout"], foreign)
             db, notes = self._open_and_validate()
+        # A file a writer left in WAL mode, without its -wal/-shm files: reading it makes SQLite
+        # create them, and a read-only connection cannot remove them. Remember it, to tidy up
+        # at close (see _opening.remove_sidecars_we_made). What was beside the file and its
+        # header come from the connection's opening (read through SQLite's own handle: closing
+        # another descriptor of the file would drop every POSIX lock this process holds on it).
+        self.made_sidecars = (
+            self.remote_location is None
+            and not opts["immutable"]
+            and db.beside is not None
+            and not {"-wal", "-shm"} & db.beside.sizes.keys()
+            and db.header[18:20] == b"\x02\x02"
+        )
         _format.warn(notes)
         self.pool.adopt(db)
 

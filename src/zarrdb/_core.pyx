@@ -28,7 +28,7 @@ from libc.string cimport memchr, memcmp, memcpy, memset
 from zarrdb._sqlite3 cimport *
 from zarrdb._zthreads cimport *
 
-from zarrdb import _format, _log, errors as _errors
+from zarrdb import _beside, _format, _log, errors as _errors
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
@@ -56,6 +56,10 @@ cdef unsigned long _main_thread = PyThread_get_thread_ident()
 
 
 cdef extern from "_sqlite_amalgamation.h" nogil:
+    int ZARRDB_CHAIN_LOOP
+    int zarrdb_blob_chain_check(sqlite3_blob* blob, int64_t upto)
+    int zarrdb_main_head(sqlite3* db, unsigned char* buf, int n, int64_t* size)
+    const char* zarrdb_guarded_vfs()
     void zarrdb_fork_prepare()
     void zarrdb_fork_parent()
     void zarrdb_fork_child()
@@ -333,6 +337,10 @@ cdef class Database:
     cdef int busy
     cdef readonly str path
     cdef readonly bint readonly
+    # What was beside the file when it was opened (_beside.Found; None for a URI or another
+    # VFS), and its header's first 100 bytes as SQLite's handle read them then (b"" if none).
+    cdef readonly object beside
+    cdef readonly bytes header
     cdef double _busy_timeout
     cdef BusyWait _busy
     cdef int64_t _waits_noted  # _busy's waits and sleep already logged
@@ -351,6 +359,8 @@ cdef class Database:
         self._interruption = None
         self._size_guess = 0
         self._file_bytes = 0
+        self.beside = None
+        self.header = b""
         for i in range(<int>S_COUNT):
             self.stmts[i] = NULL
 
@@ -389,6 +399,8 @@ cdef class Database:
                 f"cannot open {path!r}: is a directory (a database is a single file)",
                 code=SQLITE_CANTOPEN, filename=path, sqlite_message="is a directory",
             )
+        # The -wal, -shm and -journal SQLite would read as part of the file must be its own.
+        sidecars = None if uri else _beside.check(path)
         if immutable:
             mode = "r"
         flags = SQLITE_OPEN_EXRESCODE | SQLITE_OPEN_NOMUTEX
@@ -409,6 +421,8 @@ cdef class Database:
         c_target = target
         if vfs_name is not None:
             c_vfs = vfs_name
+        elif not uri:
+            c_vfs = zarrdb_guarded_vfs()  # a -wal or -journal planted later is not read
         with nogil:
             rc = sqlite3_open_v2(c_target, &handle, flags, c_vfs)
         if rc != SQLITE_OK:
@@ -433,6 +447,10 @@ cdef class Database:
                 rc = _harden(handle)
             if rc != SQLITE_OK:
                 raise self._error(rc, "cannot configure the connection to")
+            if sidecars is not None and vfs is None:
+                self.beside = sidecars
+                self.header = (self._main_head() or (b"", 0))[0]
+                _beside.check_header(path, sidecars, self._main_head)
             self._busy_timeout = max(0.0, float(busy_timeout))
             self._busy.timeout_us = <int64_t>self._busy_ms() * 1000
             with nogil:
@@ -471,6 +489,18 @@ cdef class Database:
             raise
 
     # --- plumbing ---------------------------------------------------------------------------
+
+    def _main_head(self):
+        """(the header's 100 bytes, the file's size), read through SQLite's own handle of the
+        file; None if it cannot be read."""
+        cdef unsigned char buf[100]
+        cdef int64_t size = 0
+        cdef int rc
+        with nogil:
+            rc = zarrdb_main_head(self.db, buf, 100, &size)
+        if rc != SQLITE_OK:
+            return None
+        return PyBytes_FromStringAndSize(<char*>buf, 100), size
 
     cdef int _busy_ms(self) noexcept nogil:
         if self._busy_timeout * 1000 >= 2147483647:
@@ -550,6 +580,13 @@ cdef class Database:
             message = sqlite3_errstr(rc).decode("utf-8", "replace")
         else:
             message = sqlite3_errmsg(self.db).decode("utf-8", "replace")
+        if (rc & 0xFF) == SQLITE_CANTOPEN and self.beside is not None:
+            # The guarded VFS refused a -wal or -journal put beside the file after it was
+            # opened: say which, as the check at open would have.
+            try:
+                _beside.check(self.path)
+            except _errors.SidecarError as exc:
+                return exc
         if (rc & 0xFF) in (SQLITE_BUSY, SQLITE_LOCKED):
             waited = f"gave up after waiting {self._busy_timeout:g} s for a lock"
             context = f"{context}: {waited}" if context else waited
@@ -587,6 +624,18 @@ cdef class Database:
                 code=SQLITE_CORRUPT, filename=self.path,
             )
         return self._error(rc, "cannot list keys")
+
+    cdef object _read_error(self, int rc, object key):
+        """The exception for a read of `key` that failed with `rc` (or ZARRDB_CHAIN_LOOP)."""
+        if rc == ZARRDB_CHAIN_LOOP:
+            return _errors.DatabaseCorruptError(
+                f"{self.path!r}: the value of {key!r} continues on a chain of pages that comes "
+                "back to a page it has passed already, so it would read the same bytes over "
+                "and over: the file is damaged or crafted ('zarrdb check' lists what SQLite "
+                "finds)",
+                code=SQLITE_CORRUPT, filename=self.path,
+            )
+        return self._error(rc, f"cannot read {key!r}")
 
     cdef object _null_value_error(self, object key):
         return _errors.DatabaseCorruptError(
@@ -891,38 +940,34 @@ cdef class Database:
             if size > limit:
                 return size
             # The statement is not reset yet: its read transaction keeps `src` and `rowid` valid.
-            try:
-                out = PyBytes_FromStringAndSize(NULL, n if inline else size)
-            except BaseException:
-                sqlite3_reset(stmt)
-                raise
-            dst = PyBytes_AS_STRING(out)
-            if inline:
-                self._size_guess = n
+            if not inline:
+                # The blob's size in bytes (a value another program stored as TEXT has more
+                # than length() counted characters), and its chain checked, before allocating.
                 with nogil:
-                    if n > 0:
-                        memcpy(dst, src, n)
-                    sqlite3_reset(stmt)
-                return out
-            with nogil:
-                rc = sqlite3_blob_open(self.db, "main", _TABLE_C, "v", rowid, 0, &blob)
-                if rc == SQLITE_OK:
-                    n = sqlite3_blob_bytes(blob)
-                    if n == size:
-                        rc = sqlite3_blob_read(blob, dst, <int>size, 0)
-            if rc == SQLITE_OK and n != size:
-                # Stored as TEXT by another program: length() counted characters, not bytes.
+                    rc = sqlite3_blob_open(self.db, "main", _TABLE_C, "v", rowid, 0, &blob)
+                    if rc == SQLITE_OK:
+                        n = sqlite3_blob_bytes(blob)
+                        rc = zarrdb_blob_chain_check(blob, n)
+            if rc == SQLITE_ROW or rc == SQLITE_OK:
                 try:
                     out = PyBytes_FromStringAndSize(NULL, n)
                 except BaseException:
                     with nogil:
-                        sqlite3_blob_close(blob)
+                        if blob != NULL:
+                            sqlite3_blob_close(blob)
                         sqlite3_reset(stmt)
                     raise
                 dst = PyBytes_AS_STRING(out)
+                if inline:
+                    self._size_guess = n
+                    with nogil:
+                        if n > 0:
+                            memcpy(dst, src, n)
+                        sqlite3_reset(stmt)
+                    return out
                 with nogil:
                     rc = sqlite3_blob_read(blob, dst, <int>n, 0)
-            err = None if rc == SQLITE_OK else self._error(rc, f"cannot read {key!r}")
+            err = None if rc == SQLITE_OK else self._read_error(rc, key)
             with nogil:
                 if blob != NULL:
                     sqlite3_blob_close(blob)
@@ -1016,20 +1061,26 @@ cdef class Database:
             want = size - s
             if length is not None and length < want:
                 want = length
-            try:
-                out = PyBytes_FromStringAndSize(NULL, want)
-            except BaseException:
-                sqlite3_reset(locate)
-                raise
-            dst = PyBytes_AS_STRING(out)
-            with nogil:
-                if want > 0:
+            rc = SQLITE_OK
+            if want > 0:
+                with nogil:  # the chain as far as the range reaches, checked before allocating
                     rc = sqlite3_blob_open(self.db, "main", _TABLE_C, "v", rowid, 0, &blob)
                     if rc == SQLITE_OK:
+                        rc = zarrdb_blob_chain_check(blob, s + want)
+            if rc == SQLITE_OK:
+                try:
+                    out = PyBytes_FromStringAndSize(NULL, want)
+                except BaseException:
+                    with nogil:
+                        if blob != NULL:
+                            sqlite3_blob_close(blob)
+                        sqlite3_reset(locate)
+                    raise
+                dst = PyBytes_AS_STRING(out)
+                if want > 0:
+                    with nogil:
                         rc = sqlite3_blob_read(blob, dst, <int>want, <int>s)
-                else:
-                    rc = SQLITE_OK
-            err = None if rc == SQLITE_OK else self._error(rc, f"cannot read {key!r}")
+            err = None if rc == SQLITE_OK else self._read_error(rc, key)
             with nogil:
                 if blob != NULL:
                     sqlite3_blob_close(blob)
@@ -1138,6 +1189,24 @@ cdef class Database:
                             sqlite3_reset(locate)
                             raise self._null_value_error(reqs[failed_at][0])
                         self._raise(rc, locate, f"cannot read {reqs[failed_at][0]!r}")
+                    # The chains of the ranges that reach past what a page holds inline,
+                    # checked before anything is allocated for them.
+                    with nogil:
+                        for i in range(count):
+                            if lengths[i] <= 0 or starts[i] + lengths[i] < _BLOB_READ_MIN:
+                                continue
+                            if blob == NULL:
+                                rc = sqlite3_blob_open(self.db, "main", _TABLE_C, "v", rowids[i],
+                                                       0, &blob)
+                            else:
+                                rc = sqlite3_blob_reopen(blob, rowids[i])
+                            if rc == SQLITE_OK:
+                                rc = zarrdb_blob_chain_check(blob, starts[i] + lengths[i])
+                            if rc != SQLITE_OK:
+                                failed_at = i
+                                break
+                    if rc != SQLITE_OK:
+                        raise self._read_error(rc, reqs[failed_at][0])
                     # The result objects, allocated with the GIL.
                     results = [None] * count
                     for i in range(count):

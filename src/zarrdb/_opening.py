@@ -153,16 +153,6 @@ def roll_back_hot_journal(path: str, busy_timeout: float, foreign: bool) -> None
     )
 
 
-def header_says_wal(path: str) -> bool:
-    """Bytes 18-19 of the SQLite header: 2, 2 for WAL mode."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(20)
-    except OSError:
-        return False
-    return len(head) == 20 and head[18] == 2 and head[19] == 2
-
-
 def remove_sidecars_we_made(path: str) -> None:
     """Remove the -wal and -shm files that reading a file in WAL mode made (the file's own
     writer had left none), if they hold nothing: a connection allowed to write, opened and

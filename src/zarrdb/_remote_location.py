@@ -47,10 +47,17 @@ _CLIENT_OPTIONS = frozenset(
 # Timeouts that end a request to a server gone silent in seconds. obstore's own defaults are a
 # 5 s connect timeout, no read timeout and 30 s for a whole request, each retried for up to
 # three minutes: a server that accepts connections and never answers held a command that long.
-# A read timeout (the longest silence while waiting for or reading an answer) catches a stall
-# without limiting a long transfer that keeps going. storage_options override each.
-DEFAULT_TIMEOUTS = {"connect_timeout": "5s", "read_timeout": "10s"}
-"""Client options a URL is read with unless its storage_options give them."""
+# A read timeout (the longest silence while waiting for or reading an answer) catches a stall;
+# it never trips on a server that sends a byte every few seconds, which only the deadline of a
+# whole request (`timeout`) ends. The largest request zarrdb makes is 16 MiB (a download's
+# piece, a read-ahead run): 30 s is 0.5 MiB/s. storage_options override each.
+DEFAULT_TIMEOUTS = {"connect_timeout": "5s", "read_timeout": "10s", "timeout": "30s"}
+"""Client options a URL is read with unless its storage_options give them: `timeout` is the
+deadline of a whole request (zarrdb also stops waiting for it then), `read_timeout` the
+longest silence, `connect_timeout` the wait for a connection."""
+# How long after a request's deadline zarrdb stops waiting for it, if the client has not
+# ended it by then: the client's own error, which says more, normally comes first.
+_DEADLINE_GRACE = 2.0
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -266,6 +273,16 @@ class RemoteLocation:
                 ) from exc
         return self._store
 
+    def deadline(self) -> float:
+        """Seconds a request may take, whole: the client's `timeout` (DEFAULT_TIMEOUTS' unless
+        storage_options or the obstore store's client options give another), and a grace."""
+        self.object_store()
+        given = self.timeouts.get("timeout")
+        if given is None and self.base is None:
+            given = (getattr(self._store, "client_options", None) or {}).get("timeout")
+        seconds = _duration(given if given is not None else DEFAULT_TIMEOUTS["timeout"])
+        return seconds.total_seconds() + _DEADLINE_GRACE
+
     def __getstate__(self) -> dict[str, Any]:
         state: dict[str, Any] = {"url": self.url, "storage_options": self.storage_options}
         if self.base is None:
@@ -327,11 +344,12 @@ def _duration(value: Any) -> datetime.timedelta:
 def _why(exc: BaseException, location: RemoteLocation) -> str:
     """What went wrong with a request, in one line; a timeout names the settings."""
     text = str(exc)
-    if "TimedOut" in text or "kind: Timeout" in text:
+    if isinstance(exc, TimeoutError) or "TimedOut" in text or "kind: Timeout" in text:
         limits = ", ".join(f"{k}={v}" for k, v in location.timeouts.items())
         return (
-            f"timed out: the server did not answer in time{f' ({limits})' if limits else ''}; "
-            "for a slow server give longer ones as storage options, e.g. read_timeout=60s"
+            "timed out: the server did not finish its answer within the request's deadline "
+            f"or went silent{f' ({limits})' if limits else ''}; for a slow server give longer "
+            "ones as storage options, e.g. timeout=120s (a whole request) or read_timeout=60s"
         )
     return _first_line(exc)
 

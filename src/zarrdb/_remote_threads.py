@@ -16,6 +16,7 @@ import functools
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
@@ -204,8 +205,9 @@ def _join_pool(closing: threading.Event) -> None:
     _reader.closing = closing
 
 
-def _interruptible(call: Callable[[], _T]) -> _T:
-    """`call()`, run on a worker thread while this one waits in short steps.
+def _interruptible(call: Callable[[], _T], deadline: float | None = None) -> _T:
+    """`call()`, run on a worker thread while this one waits in short steps, for at most
+    `deadline` seconds (then TimeoutError).
 
     A request waits inside obstore's blocking call, where neither Ctrl-C nor SIGTERM can end
     it (Python runs signal handlers between bytecodes of the main thread); a wait here ends at
@@ -225,9 +227,14 @@ def _interruptible(call: Callable[[], _T]) -> _T:
 
     started_at = _interrupts
     closing = getattr(_reader, "closing", None)
+    give_up = None if deadline is None else time.monotonic() + deadline
     _workers.submit(job)
     while not done.wait(_WAIT_STEP):
         _check_waiting(started_at, closing)
+        if give_up is not None and time.monotonic() > give_up:
+            # A server that keeps the answer coming too slowly to end: the request is
+            # abandoned as on Ctrl-C, and its worker ends with the client's timeouts.
+            raise TimeoutError(f"the request took longer than its deadline ({deadline:g} s)")
     ok, value = outcome[0]
     if not ok:
         raise value

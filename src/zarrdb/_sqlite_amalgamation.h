@@ -50,4 +50,229 @@ static void zarrdb_fork_parent(void) {}
 static void zarrdb_fork_child(void) {}
 #endif
 
+/*
+ * The files beside a database, checked as SQLite opens them. zarrdb checks the -wal, -shm and
+ * -journal beside a file before each open (_beside.py); SQLite looks for a -wal and a hot
+ * -journal again at each read transaction of a file in rollback mode, so one planted later,
+ * while a connection stays open, would still be read. Connections to local files therefore
+ * use "zarrdb-guarded": the platform's own VFS, except that a -wal or -journal that is not a
+ * regular file, has another owner than the database, or may be written by users who may not
+ * write the database is not opened (SQLITE_CANTOPEN): the read fails instead of taking in
+ * someone else's pages. POSIX only; elsewhere the default VFS is used as it is.
+ */
+#if !defined(_WIN32)
+#include <sys/stat.h>
+
+static sqlite3_vfs zarrdb_guarded;
+static sqlite3_vfs *zarrdb_guarded_base = 0;
+
+/* Whether the sidecar `name` may be read as part of the database named by its first `cut`
+ * bytes (a sidecar not there yet is SQLite's to create). */
+static int zarrdb_sidecar_is_own(const char *name, size_t cut)
+{
+    struct stat side, db;
+    char *db_name;
+    int got;
+    if (lstat(name, &side) != 0) return 1;
+    if (!S_ISREG(side.st_mode)) return 0;
+    db_name = (char *)sqlite3_malloc64(cut + 1);
+    if (db_name == 0) return 0;
+    memcpy(db_name, name, cut);
+    db_name[cut] = 0;
+    got = stat(db_name, &db);
+    sqlite3_free(db_name);
+    if (got != 0 || side.st_uid != db.st_uid) return 0;
+    if ((side.st_mode & S_IWOTH) && !(db.st_mode & S_IWOTH)) return 0;
+    if ((side.st_mode & S_IWGRP) && !(db.st_mode & S_IWGRP)) return 0;
+    return 1;
+}
+
+static int zarrdb_guarded_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *file,
+                               int flags, int *out_flags)
+{
+    size_t n, suffix;
+    (void)vfs;
+    if (name != 0 && (flags & (SQLITE_OPEN_WAL | SQLITE_OPEN_MAIN_JOURNAL))) {
+        n = strlen(name);
+        suffix = (flags & SQLITE_OPEN_WAL) ? 4 : 8;  /* "-wal", "-journal" */
+        if (n > suffix && !zarrdb_sidecar_is_own(name, n - suffix)) {
+            file->pMethods = 0;
+            return SQLITE_CANTOPEN;
+        }
+    }
+    return zarrdb_guarded_base->xOpen(zarrdb_guarded_base, name, file, flags, out_flags);
+}
+
+/* The guarded VFS's name, registered on first use (with the GIL held: once); NULL if the
+ * default VFS is not there. */
+static const char *zarrdb_guarded_vfs(void)
+{
+    sqlite3_vfs *base;
+    if (zarrdb_guarded_base != 0) return zarrdb_guarded.zName;
+    base = sqlite3_vfs_find(0);
+    if (base == 0) return 0;
+    zarrdb_guarded = *base;
+    zarrdb_guarded.pNext = 0;
+    zarrdb_guarded.zName = "zarrdb-guarded";
+    zarrdb_guarded.xOpen = zarrdb_guarded_open;
+    zarrdb_guarded_base = base;
+    if (sqlite3_vfs_register(&zarrdb_guarded, 0) != SQLITE_OK) {
+        zarrdb_guarded_base = 0;
+        return 0;
+    }
+    return zarrdb_guarded.zName;
+}
+#else
+static const char *zarrdb_guarded_vfs(void) { return 0; }
+#endif
+
+/*
+ * The first `n` bytes of a connection's main database file and the file's size, read through
+ * the handle SQLite opened: opening the file again and closing that descriptor would drop every
+ * POSIX lock this process holds on it (those of its other connections included).
+ */
+static int zarrdb_main_head(sqlite3 *db, unsigned char *buf, int n, sqlite3_int64 *size)
+{
+    sqlite3_file *f = 0;
+    int rc = sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &f);
+    if (rc != SQLITE_OK || f == 0 || f->pMethods == 0) return SQLITE_ERROR;
+    rc = f->pMethods->xFileSize(f, size);
+    if (rc != SQLITE_OK) return rc;
+    memset(buf, 0, (size_t)n);
+    rc = f->pMethods->xRead(f, buf, n, 0);
+    return rc == SQLITE_IOERR_SHORT_READ ? SQLITE_OK : rc;
+}
+
+/*
+ * Overflow chains that come back on themselves. A value longer than fits on its b-tree page
+ * continues on a chain of overflow pages, each naming the next. SQLite reads as many bytes as
+ * the row's record claims and bounds the claim only by the file's size (page count x page
+ * size), which a sparse file or the size a server states can make huge: a chain of two pages
+ * that names itself then reads as gigabytes. SQLite's integrity check finds such a chain; its
+ * readers do not look.
+ *
+ * zarrdb_blob_chain_check walks the chain of the row an open blob handle points at, as far as
+ * bytes [0, upto) of the value reach, with SQLite's own step from one page to the next (which
+ * may use the pointer map instead of reading the page), and returns ZARRDB_CHAIN_LOOP if a
+ * page comes twice. It runs before anything is allocated for the value, and costs at most the
+ * walk SQLite makes anyway to read those bytes. Page numbers out of range are left to SQLite's
+ * own read, which reports them as damage. Only with the bundled SQLite, whose internals are in
+ * this translation unit; a build against the system library does not walk.
+ */
+#define ZARRDB_CHAIN_LOOP (-81)
+
+#ifndef ZARRDB_SYSTEM_SQLITE
+/* The pages seen so far: a short chain in a small array, a long one in a hash set that grows
+ * as the walk goes (a loop shows after a few pages, so a huge claim costs no huge set). */
+typedef struct {
+    Pgno small[32];
+    u32 n;       /* pages seen */
+    Pgno *slot;  /* open addressing over mask + 1 slots (a power of two), 0 = free; NULL while small */
+    u32 mask;
+} ZarrdbSeen;
+
+static int zarrdb_seen_put(Pgno *slot, u32 mask, Pgno pgno)
+{
+    u32 i = (pgno * 2654435761u) & mask;
+    while (slot[i] != 0) {
+        if (slot[i] == pgno) return 0;
+        i = (i + 1) & mask;
+    }
+    slot[i] = pgno;
+    return 1;
+}
+
+static Pgno *zarrdb_seen_slots(u32 mask)
+{
+    Pgno *slot = (Pgno *)sqlite3_malloc64((u64)mask * sizeof(Pgno) + sizeof(Pgno));
+    if (slot != 0) memset(slot, 0, (size_t)mask * sizeof(Pgno) + sizeof(Pgno));
+    return slot;
+}
+
+/* 1: a new page, 0: seen before, -1: no memory. */
+static int zarrdb_seen_add(ZarrdbSeen *seen, Pgno pgno)
+{
+    u32 i;
+    Pgno *grown;
+    if (seen->slot == 0) {
+        for (i = 0; i < seen->n; i++) {
+            if (seen->small[i] == pgno) return 0;
+        }
+        if (seen->n < sizeof(seen->small) / sizeof(seen->small[0])) {
+            seen->small[seen->n++] = pgno;
+            return 1;
+        }
+        seen->mask = 255;
+        seen->slot = zarrdb_seen_slots(seen->mask);
+        if (seen->slot == 0) return -1;
+        for (i = 0; i < seen->n; i++) zarrdb_seen_put(seen->slot, seen->mask, seen->small[i]);
+    }
+    if ((u64)(seen->n + 1) * 2 > (u64)seen->mask + 1) {  /* at most half full */
+        grown = zarrdb_seen_slots(seen->mask * 2 + 1);
+        if (grown == 0) return -1;
+        for (i = 0; i <= seen->mask; i++) {
+            if (seen->slot[i] != 0) zarrdb_seen_put(grown, seen->mask * 2 + 1, seen->slot[i]);
+        }
+        sqlite3_free(seen->slot);
+        seen->slot = grown;
+        seen->mask = seen->mask * 2 + 1;
+    }
+    if (!zarrdb_seen_put(seen->slot, seen->mask, pgno)) return 0;
+    seen->n++;
+    return 1;
+}
+
+static int zarrdb_blob_chain_check(sqlite3_blob *blob, sqlite3_int64 upto)
+{
+    Incrblob *p = (Incrblob *)blob;
+    BtCursor *cur;
+    BtShared *bt;
+    ZarrdbSeen seen;
+    i64 end, need, i;
+    u32 per_page;
+    Pgno pgno, last;
+    int rc = SQLITE_OK, added;
+    if (p == 0 || p->pStmt == 0 || upto <= 0) return SQLITE_OK;
+    cur = p->pCsr;
+    sqlite3_mutex_enter(p->db->mutex);
+    sqlite3BtreeEnterCursor(cur);
+    memset(&seen, 0, sizeof(seen));
+    if (cur->eState != CURSOR_VALID || cur->pPage == 0 || cur->ix >= cur->pPage->nCell) goto done;
+    getCellInfo(cur);
+    bt = cur->pBt;
+    end = (i64)p->iOffset + upto;
+    if (end > (i64)cur->info.nPayload) end = cur->info.nPayload;
+    if (end <= (i64)cur->info.nLocal) goto done;
+    /* the first page's number would lie outside the page: SQLite's read refuses that itself */
+    if ((uptr)(cur->info.pPayload - cur->pPage->aData) > (bt->usableSize - cur->info.nLocal)) goto done;
+    per_page = bt->usableSize - 4;
+    need = (end - cur->info.nLocal + per_page - 1) / per_page;
+    pgno = get4byte(&cur->info.pPayload[cur->info.nLocal]);
+    last = btreePagecount(bt);
+    for (i = 0; i < need; i++) {
+        if (pgno < 2 || pgno > last) break;
+        added = zarrdb_seen_add(&seen, pgno);
+        if (added < 0) { rc = SQLITE_NOMEM; break; }
+        if (added == 0) { rc = ZARRDB_CHAIN_LOOP; break; }
+        if (i + 1 < need) {
+            rc = getOverflowPage(bt, pgno, 0, &pgno);
+            if (rc != SQLITE_OK) break;
+        }
+    }
+done:
+    sqlite3_free(seen.slot);
+    sqlite3BtreeLeaveCursor(cur);
+    sqlite3_mutex_leave(p->db->mutex);
+    return rc;
+}
+#else
+static int zarrdb_blob_chain_check(sqlite3_blob *blob, sqlite3_int64 upto)
+{
+    (void)blob;
+    (void)upto;
+    return SQLITE_OK;
+}
+#endif
+
+
 #endif

@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from zarrdb import _format, errors
+from zarrdb import _beside, _format, errors
 from zarrdb._core import CONNECTION_LIMITS
+from zarrdb._open_files import open_in_this_process
 
 __all__ = ["KEY_RULES", "Finding", "Report", "check_file", "key_problem"]
 
@@ -117,11 +118,20 @@ def check_file(path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> Re
     """
     path = os.fspath(path)
     uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+    size_problem = None
+    sidecars = _beside.check(path)  # SidecarError: a -wal, -shm or -journal not the file's own
+    if not open_in_this_process(path):  # reading the header here would drop a store's locks
+        try:
+            _beside.check_header(path, sidecars, lambda: _beside.read_head(path))
+        except errors.DatabaseCorruptError as exc:  # its size is not what its header says
+            size_problem = str(exc)
     try:
         con = sqlite3.connect(uri, uri=True, timeout=busy_timeout, isolation_level=None)
     except sqlite3.Error as exc:
         raise errors.CantOpenError(f"{path}: cannot be opened ({exc})", filename=path) from None
     report = Report(path)
+    if size_problem is not None:
+        report.problem("damage", f"damaged: {size_problem}")
     try:
         db = _Connection(con)
         try:

@@ -43,6 +43,8 @@ __all__ = [
     "UnclosedFileError",
     "UnsafeZipError",
     "CopyMismatchError",
+    "SidecarError",
+    "CoordinateTooLargeError",
     "sqlite_error",
 ]
 
@@ -245,6 +247,22 @@ class NestingError(ZarrDBError, RuntimeError):
     entered beside another open level of the same transaction (from a sibling task or thread),
     or a level ended while a level inside it was still open, which rolls back that level with
     everything inside it. Writes from the code of a level rolled back that way raise it too."""
+
+
+class SidecarError(CantOpenError):
+    """A ``-wal``, ``-shm`` or ``-journal`` file beside the database is not the file's own
+    (another owner, writable by users who may not write the file, not a regular file, or a
+    write-ahead log beside a file in rollback mode). SQLite would read it as part of the file,
+    so nothing is opened; the message says what to do if it is yours."""
+
+    def __init__(self, message: str, *, filename: str | None = None) -> None:
+        super().__init__(message, code=SQLITE_CANTOPEN, filename=filename)
+
+
+class CoordinateTooLargeError(ZarrDBError, ValueError):
+    """The dimension coordinates xarray reads whole when it opens a dataset declare more bytes
+    than the backend's `max_coordinate_bytes` allows (a file can declare any size and store
+    nothing). Pass a larger limit, or None, for a file you trust."""
 
 
 # SQLite's primary result codes (sqlite3.h), by name. The engine checks at import that they

@@ -104,7 +104,9 @@ class RemoteObject:
         # The byte range of the last request that failed, until it is asked for again.
         self._failed: tuple[int, int] | None = None
         try:
-            meta, head = _interruptible(lambda: self._get_range(0, cache.first_read))
+            meta, head = _interruptible(
+                lambda: self._get_range(0, cache.first_read), location.deadline()
+            )
         except FileNotFoundError:
             raise FileNotFoundError(f"no such SQLiteStore file: {self.url!r}") from None
         except errors.ClosedError:
@@ -133,7 +135,7 @@ class RemoteObject:
                 code=10,
                 filename=self.url,
             )
-        _check_header(bytes(memoryview(head)[:100]), self.url)
+        _check_header(bytes(memoryview(head)[:100]), self.url, self.size)
         self.head = head  # the first bytes of the file, as the opening request returned them
         self.file = RemoteFile(
             self.url,
@@ -196,7 +198,7 @@ class RemoteObject:
                 self._slots.release()
 
         try:
-            return _interruptible(request)[1]
+            return _interruptible(request, self.location.deadline())[1]
         except (errors.RemoteFileChangedError, errors.ClosedError):
             raise
         except self._changed as exc:
@@ -297,7 +299,9 @@ def release_caches() -> None:
 _LARGEST_FILE = 4_294_967_294 * 65_536
 
 
-def _check_header(header: bytes, url: str) -> None:
+def _check_header(header: bytes, url: str, size: int) -> None:
+    """SQLite's header, not in WAL mode, and the object's size what the header says: SQLite
+    bounds every read by the size the VFS gives it, which is the server's word."""
     if header[:16] != _SQLITE_MAGIC:
         raise errors.NotADatabaseError(
             f"{url!r} is not an SQLite database (is this a .zarrdb file?)",
@@ -309,6 +313,20 @@ def _check_header(header: bytes, url: str) -> None:
             f"{url!r} is in WAL mode: the program that wrote it has not closed it, and its "
             "latest writes may be in a -wal file that is not read remotely. Close the store "
             "that writes it (zarrdb leaves a closed file in DELETE mode), then publish the file"
+        )
+    page_size = int.from_bytes(header[16:18], "big") if len(header) >= 18 else 0
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big") if len(header) >= 100 else 0
+    # The page count is SQLite's to trust only where the change counter it was written with
+    # (bytes 24-27) is the one it was valid for (92-95); every SQLite since 3.7.0 writes both.
+    trusted = len(header) >= 100 and header[24:28] == header[92:96] and pages > 0
+    if not trusted or pages * page_size != size:
+        said = f"{pages:,} pages of {page_size:,} bytes" if trusted else "no page count it trusts"
+        raise errors.DatabaseCorruptError(
+            f"{url!r}: the server says the file has {size:,} bytes, but its header says "
+            f"{said}: a partial upload, another object, or a server that is not to be trusted",
+            code=errors.SQLITE_CORRUPT,
+            filename=url,
         )
 
 

@@ -9,6 +9,11 @@ The file is opened read-only with `SQLiteStore` and the rest is xarray's own zar
 `group=`, `consolidated=`, `chunks=` and the `decode_*` options mean what they mean there. The
 store is closed when the dataset (or tree) is closed, lazily loaded (dask) ones included.
 Writing stays `ds.to_zarr(SQLiteStore(path))`.
+
+xarray reads every dimension coordinate whole when it opens a dataset (to build its index),
+at the size its metadata declares, whatever the file holds: a 2.5 KB file declaring a
+coordinate of 1.25e8 values made it allocate 1.9 GB. So the declared size of those is checked
+first against `max_coordinate_bytes` (MAX_COORDINATE_BYTES unless given; None: no limit).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any
 
 from xarray.backends import BackendEntrypoint, ZarrBackendEntrypoint
 
-from zarrdb import _format
+from zarrdb import _format, errors
 from zarrdb import remote as _remote
 from zarrdb._open_files import open_in_this_process
 from zarrdb.store import SQLiteStore
@@ -31,6 +36,12 @@ __all__ = ["ZarrDBBackendEntrypoint"]
 SUFFIX = ".zarrdb"
 _PROTOCOL = "zarrdb:"  # zarrdb::PATH, zarrdb://group::PATH (zarrdb.filesystem)
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+MAX_COORDINATE_BYTES = 256 * 1024 * 1024
+"""What the dimension coordinates of one open may declare together, in bytes, by default: 32
+million float64 values (a time axis of a second per step for a year is 31.5 million)."""
+# Bytes counted per value of a type without a fixed size (strings of any length): a Python
+# object of a short string.
+_VARIABLE_ITEM_BYTES = 64
 
 
 def names_zarrdb(name: str) -> bool:
@@ -90,6 +101,7 @@ class ZarrDBBackendEntrypoint(BackendEntrypoint):
         "use_zarr_fill_value_as_mask",
         "storage_options",
         "block_cache",
+        "max_coordinate_bytes",
     )
 
     def guess_can_open(self, filename_or_obj: Any) -> bool:
@@ -121,6 +133,7 @@ class ZarrDBBackendEntrypoint(BackendEntrypoint):
         use_zarr_fill_value_as_mask: bool | None = None,
         storage_options: Mapping[str, Any] | None = None,
         block_cache: Any = None,
+        max_coordinate_bytes: int | None = MAX_COORDINATE_BYTES,
     ) -> Any:
         filename_or_obj, group, storage_options = _unchain(filename_or_obj, group, storage_options)
         store, owned = _store(filename_or_obj, storage_options, block_cache)
@@ -131,6 +144,7 @@ class ZarrDBBackendEntrypoint(BackendEntrypoint):
             use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
         )
         with _closed_on_error(store, owned):
+            _check_coordinates(store, group, max_coordinate_bytes, tree=False)
             ds = ZarrBackendEntrypoint().open_dataset(
                 _as_source(store),
                 mode="r",
@@ -168,6 +182,7 @@ class ZarrDBBackendEntrypoint(BackendEntrypoint):
         zarr_format: int | None = None,
         storage_options: Mapping[str, Any] | None = None,
         block_cache: Any = None,
+        max_coordinate_bytes: int | None = MAX_COORDINATE_BYTES,
         **decoding: Any,
     ) -> Any:
         """xarray's zarr backend's `method` (open_datatree or open_groups_as_dict) on the
@@ -177,6 +192,7 @@ class ZarrDBBackendEntrypoint(BackendEntrypoint):
         store, owned = _store(filename_or_obj, storage_options, block_cache)
         options = _zarr_options(group=group, consolidated=consolidated, zarr_format=zarr_format)
         with _closed_on_error(store, owned):
+            _check_coordinates(store, group, max_coordinate_bytes, tree=True)
             opened = getattr(ZarrBackendEntrypoint(), method)(
                 _as_source(store), mode="r", **options, **decoding
             )
@@ -240,6 +256,57 @@ def _store(
         store.close()
         raise
     return store, True
+
+
+def _check_coordinates(
+    store: SQLiteStore, group: str | None, limit: int | None, *, tree: bool
+) -> None:
+    """CoordinateTooLargeError if the dimension coordinates xarray would read whole at open
+    (1-D arrays named as their dimension) declare more than `limit` bytes together; of the
+    group, or (`tree`) of every group below it. Only metadata is read."""
+    import zarr
+
+    if limit is None:
+        return
+    try:
+        root = zarr.open_group(store, mode="r", path=group or "")
+    except (FileNotFoundError, KeyError, ValueError, TypeError):
+        return  # not a group: xarray's own error says so
+    groups = [("", root)]
+    if tree:
+        groups += [
+            (name, node)
+            for name, node in root.members(max_depth=None)
+            if isinstance(node, zarr.Group)
+        ]
+    total = 0
+    seen: set[str] = set()
+    for where, node in groups:
+        for name, array in node.arrays():
+            key = f"{where}/{name}"
+            if key in seen or len(array.shape) != 1 or _dimensions(array) != [name]:
+                continue
+            seen.add(key)
+            itemsize = getattr(array.dtype, "itemsize", 0) or _VARIABLE_ITEM_BYTES
+            declared = int(array.shape[0]) * max(itemsize, 1)
+            total += declared
+            if total > limit:
+                raise errors.CoordinateTooLargeError(
+                    f"{store.path!r}: the coordinate {key.lstrip('/')!r} declares "
+                    f"{int(array.shape[0]):,} values ({declared:,} bytes), which xarray reads "
+                    f"whole when it opens the dataset; with the others that is more than "
+                    f"max_coordinate_bytes={limit:,}. If you trust the file, pass a larger "
+                    "max_coordinate_bytes (or None) in backend_kwargs"
+                )
+
+
+def _dimensions(array: Any) -> list[str] | None:
+    """The dimension names xarray gives `array` (zarr v3's dimension_names, v2's
+    _ARRAY_DIMENSIONS attribute)."""
+    names = getattr(array.metadata, "dimension_names", None)
+    if names is None:
+        names = array.attrs.get("_ARRAY_DIMENSIONS")
+    return list(names) if isinstance(names, list | tuple) else None
 
 
 def _zarr_options(**options: Any) -> dict[str, Any]:

@@ -30,6 +30,9 @@ BEHAVIOURS = (
     "etag_change",  # each answer has another ETag (If-Match ignored): the object keeps changing
     "redirect_loop",  # 302 to the URL asked for
     "content_range_lie",  # a Content-Range of bytes one further than asked (and those bytes)
+    "trickle",  # honest headers, then the body one byte every `interval` seconds
+    "trickle_after_first",  # answers the first request honestly, then trickles
+    "claim_size",  # honest ranges of an object said to be `huge` bytes long (zeros past the data)
 )
 
 
@@ -46,12 +49,20 @@ class Seen:
 class HostileServer:
     """Serves `data` at every path, misbehaving as `behaviour` (one of BEHAVIOURS) says."""
 
-    def __init__(self, data: bytes, behaviour: str = "honest", *, huge: int = 300 * MIB) -> None:
+    def __init__(
+        self,
+        data: bytes,
+        behaviour: str = "honest",
+        *,
+        huge: int = 300 * MIB,
+        interval: float = 2.0,
+    ) -> None:
         if behaviour not in BEHAVIOURS:
             raise ValueError(f"unknown behaviour {behaviour!r}")
         self.data = bytes(data)
         self.behaviour = behaviour
         self.huge = huge
+        self.interval = interval
         self.requests: list[Seen] = []
         self.asked = threading.Event()  # set when the first request arrives
         self.sent = 0  # body bytes sent, all requests together
@@ -128,15 +139,15 @@ class HostileServer:
         self, conn: socket.socket, seen: Seen, headers: dict[str, str], number: int
     ) -> None:
         behaviour = self.behaviour
-        if behaviour == "stall_after_first":
-            behaviour = "honest" if number == 1 else "stall"
+        if behaviour.endswith("_after_first"):
+            behaviour = "honest" if number == 1 else behaviour.removesuffix("_after_first")
         if behaviour == "stall":
             self._stop.wait(60)  # holds the connection open, answering nothing
             return
         if behaviour == "redirect_loop":
             self._send(conn, "302 Found", {"Location": seen.path, "Content-Length": "0"}, b"")
             return
-        size = len(self.data)
+        size = self.huge if behaviour == "claim_size" else len(self.data)
         etag = f'"v{number if behaviour == "etag_change" else 1}"'
         start, stop = _span(seen.range, size)
         if behaviour == "ignore_range" or seen.range is None:
@@ -146,6 +157,17 @@ class HostileServer:
             start, stop = start + 1, min(size, stop + 1)
         fields = {"ETag": etag, "Content-Range": f"bytes {start}-{stop - 1}/{size}"}
         body = self.data[start:stop]
+        if behaviour == "claim_size":
+            body += bytes(stop - start - len(body))
+        if behaviour == "trickle":
+            fields["Content-Length"] = str(len(body))
+            self._send(conn, "206 Partial Content", fields, b"")
+            for i in range(len(body)):
+                if self._stop.wait(self.interval):
+                    return
+                conn.sendall(body[i : i + 1])
+                self._count(1)
+            return
         if behaviour == "longer":
             fields["Content-Length"] = str(self.huge)
             self._send(conn, "206 Partial Content", fields, body)
@@ -182,9 +204,10 @@ def _span(spec: str | None, size: int) -> tuple[int, int]:
 
 
 def sqlite_looking(size: int) -> bytes:
-    """`size` bytes that start as an SQLite database in rollback mode (enough for the checks a
-    remote file passes before anything else is read)."""
+    """`size` bytes (a multiple of 4096) that start as an SQLite database in rollback mode
+    (enough for the checks a remote file passes before anything else is read)."""
     header = bytearray(b"SQLite format 3\x00" + bytes(84))
     header[16:18] = (4096).to_bytes(2, "big")  # page size
     header[18] = header[19] = 1  # file format 1: rollback journal, not WAL
+    header[28:32] = (size // 4096).to_bytes(4, "big")  # the page count, valid for change 0
     return bytes(header) + bytes(size - len(header))

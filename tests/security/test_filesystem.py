@@ -275,10 +275,11 @@ def test_a_planted_hot_journal_is_named_and_left_alone(hot_journal_file, command
 
 @needs_root
 def test_a_planted_hot_journal_error_from_the_store_names_the_journal(hot_journal_file):
-    """The library's own error (ReadOnlyError, as before) says which file and why."""
+    """The library's own error (SidecarError, raised before SQLite opens anything) says which
+    file and why."""
     planted(hot_journal_file)
     store = SQLiteStore(hot_journal_file, read_only=True)
-    with pytest.raises(errors.ReadOnlyError, match="-journal") as raised:
+    with pytest.raises(errors.SidecarError, match="-journal") as raised:
         store.ensure_open()
     store.close()
     assert "another user" in str(raised.value)

@@ -1,0 +1,170 @@
+"""What is checked of a local file before SQLite opens it: the files SQLite keeps beside it, and
+its size against its header.
+
+SQLite reads a `-wal`, `-shm` or `-journal` beside a database as part of it: the pages of a
+`-wal` replace the file's (even when the header says the file is in rollback mode) and the
+first write copies them in; a hot `-journal` is copied back over the file. Anyone who may
+create files in the folder (a sticky /tmp, a shared project folder) can put one there. So each
+that exists must be the file's own, or nothing is opened:
+
+- a regular file (not a link, a pipe or a folder),
+- owned by the file's owner (by this process's user while the file does not exist yet; SQLite
+  run by root gives the files it makes the database's owner),
+- writable by no one the file is not writable by: not by others unless the file is, not by its
+  group unless the file is (SQLite makes them with the file's permissions),
+- a `-wal` that holds anything only beside a file whose header says WAL mode (bytes 18 and 19
+  are 2): no writer leaves a log behind a file in rollback mode (leaving WAL mode removes the
+  log before it rewrites the header).
+
+And, in rollback mode with no journal or log in use, the header's page count times its page
+size must be the file's size (fstat), which is then what SQLite bounds every read by. In WAL
+mode the file's header lags the log, and while a writer commits the file grows before its
+journal empties; neither is checked.
+
+SQLite looks for a -wal and a hot -journal again at each read transaction of a file in
+rollback mode: the engine's connections to local files use a VFS that applies the first three
+rules again as SQLite opens either ("zarrdb-guarded", _sqlite_amalgamation.h).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from typing import NamedTuple
+
+from zarrdb import errors
+
+SIDECARS = ("-wal", "-shm", "-journal")
+_HEADER = 100
+_MAGIC = b"SQLite format 3\x00"
+
+
+class Found(NamedTuple):
+    """The path SQLite names the sidecars after (links resolved), and the size of each
+    sidecar there, by suffix."""
+
+    real: str
+    sizes: dict[str, int]
+
+
+def check(path: str) -> Found:
+    """SidecarError if a file beside `path` could put other pages into it, by what the file
+    system says of each (nothing is opened); what was found."""
+    real = os.path.realpath(path)  # SQLite names the sidecars after the file a link points to
+    try:
+        st: os.stat_result | None = os.stat(real)
+    except OSError:
+        st = None  # not there yet: SQLite creates it, and a planted sidecar is still refused
+    sizes: dict[str, int] = {}
+    for suffix in SIDECARS:
+        side = real + suffix
+        try:
+            found = os.lstat(side)
+        except OSError:
+            continue
+        why = _problem(st, found)
+        if why:
+            raise _refusal(path, side, why)
+        sizes[suffix] = found.st_size
+    return Found(real, sizes)
+
+
+def check_header(
+    path: str, found: Found, read: Callable[[], tuple[bytes, int] | None]
+) -> None:
+    """The checks that need the file's header, given what `check` found beside it and
+    `read()`, which gives the header's bytes and the file's size. Read through the handle
+    SQLite has open (Database) or before any connection of this process has the file open:
+    closing another descriptor of the file would drop every POSIX lock the process holds on
+    it. SidecarError for a log beside a file in rollback mode; DatabaseCorruptError if the
+    size is not the header's."""
+    first = read()
+    if first is None or len(first[0]) < _HEADER or not first[0].startswith(_MAGIC):
+        return
+    head = first[0]
+    if head[18] != 1 or head[19] != 1:
+        return  # WAL mode (or a format SQLite refuses itself)
+    if found.sizes.get("-wal", 0) > 0:
+        raise _refusal(
+            path,
+            found.real + "-wal",
+            "is a write-ahead log that is not empty, while the file's header says it is not in "
+            "WAL mode: no writer of this file leaves one",
+        )
+    if not found.sizes.get("-journal"):
+        _check_size(path, found.real + "-journal", first, read)
+
+
+def read_head(path: str) -> tuple[bytes, int] | None:
+    """The header's bytes and the size of the file at `path`, opened here (see check_header)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(_HEADER), os.fstat(f.fileno()).st_size
+    except OSError:
+        return None
+
+
+def _problem(st: os.stat_result | None, found: os.stat_result) -> str:
+    """Why the sidecar `found` is not the file's own ("" if it may be)."""
+    if not stat.S_ISREG(found.st_mode):
+        return "is not a regular file (a link, a pipe or a folder)"
+    if os.name != "posix":
+        return ""  # no owners and modes to compare
+    owner = st.st_uid if st is not None else os.geteuid()
+    if found.st_uid != owner:
+        return f"belongs to another user (uid {found.st_uid}) than the file (uid {owner})"
+    mode = st.st_mode if st is not None else 0
+    if found.st_mode & stat.S_IWOTH and not mode & stat.S_IWOTH:
+        return "may be written by every user, and the file may not"
+    if found.st_mode & stat.S_IWGRP and not mode & stat.S_IWGRP:
+        return "may be written by its group, and the file may not"
+    return ""
+
+
+def _check_size(
+    path: str, journal: str, first: tuple[bytes, int], read: Callable[[], tuple[bytes, int] | None]
+) -> None:
+    """The header's page count (where SQLite trusts it) times the page size is the file's size,
+    as read while no commit was under way: the same header and size before and after a look
+    at the journal, which was empty (a commit fills the journal before it writes the file,
+    and empties it last)."""
+    for _ in range(3):
+        try:
+            busy = os.path.getsize(journal) > 0
+        except OSError:
+            busy = False
+        again = read()
+        if again is None:
+            return
+        if again == first:
+            break
+        first = again
+    else:
+        return  # a writer busy all along: SQLite's own checks stand
+    head, size = first
+    if busy or head[24:28] != head[92:96]:
+        return  # a commit under way, or a count SQLite does not trust (it uses the size)
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    if pages == 0 or page_size * pages == size:
+        return
+    raise errors.DatabaseCorruptError(
+        f"{path!r}: its header says {pages:,} pages of {page_size:,} bytes "
+        f"({pages * page_size:,} bytes), but the file has {size:,} bytes: it was cut short or "
+        "added to (a partial copy or download?), or crafted",
+        code=errors.SQLITE_CORRUPT,
+        filename=path,
+    )
+
+
+def _refusal(path: str, side: str, why: str) -> errors.SidecarError:
+    return errors.SidecarError(
+        f"{path!r} is not opened: {side!r} beside it {why}. SQLite would "
+        "read it as part of the file (and the first write would copy its pages in). If it is "
+        "yours, left by a program that wrote this file and stopped, open the file once with "
+        "the sqlite3 shell as the file's owner (`sqlite3 FILE 'PRAGMA integrity_check'`), "
+        "which recovers it; otherwise remove it",
+        filename=path,
+    )

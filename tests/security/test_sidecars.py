@@ -1,0 +1,227 @@
+"""Files planted beside someone's file (issue 37, finding 3).
+
+SQLite reads a `-wal`, `-shm` or `-journal` beside a database as part of it, and uses a `-wal`
+that exists even when the file's header says rollback mode. Anyone who may create a file in
+the folder (a sticky /tmp, a shared project folder) planted a `-wal` made from another
+database: every read showed the planter's hierarchy, and the first write copied it into the
+file. Before any open each sidecar must be the file's own (same owner, writable by no one the
+file is not writable by, a regular file, and a `-wal` with content only beside a file in WAL
+mode); the size of a file in rollback mode must be what its header says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+import zarr
+from zarr.core.buffer import default_buffer_prototype
+
+from cli.helpers import assert_bad_input, fingerprint, run
+from format.builders import make_store_file
+from zarrdb import SQLiteStore, conformance, errors
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX owners, modes, pipes and links")
+
+NOBODY = 65534
+needs_root = pytest.mark.skipif(
+    os.name != "posix" or os.geteuid() != 0,
+    reason="giving a file another owner needs root (CI runs as root)",
+)
+PLANTED = {"zarr_format": 3, "node_type": "group", "attributes": {"planted": True}}
+
+
+def victim(tmp_path: Path) -> Path:
+    path = make_store_file(tmp_path / "mine.zarrdb")
+    os.chmod(path, 0o644)
+    return path
+
+
+def planted_wal(path: Path, workdir: Path) -> Path:
+    """A -wal beside `path` taken from another copy of it, in which the root group's
+    zarr.json says {"planted": true}: the log of a connection still open, copied as it was."""
+    other = workdir / "other.zarrdb"
+    shutil.copyfile(path, other)
+    with closing(sqlite3.connect(other, isolation_level=None)) as con:
+        con.execute("PRAGMA journal_mode = wal")
+        con.execute("PRAGMA wal_autocheckpoint = 0")
+        con.execute("UPDATE zarr SET v = ? WHERE k = 'zarr.json'", (json.dumps(PLANTED).encode(),))
+        shutil.copyfile(f"{other}-wal", f"{path}-wal")
+    # What was copied beside the file is in rollback mode, the log in WAL frames.
+    assert Path(f"{path}-wal").stat().st_size > 0
+    return Path(f"{path}-wal")
+
+
+def root_attributes(store: SQLiteStore) -> dict:
+    return json.loads(store.get_sync("zarr.json").to_bytes())["attributes"]
+
+
+@needs_root
+@pytest.mark.parametrize("read_only", [True, False])
+def test_a_planted_wal_of_another_user_is_refused_by_the_store(tmp_path, read_only):
+    """Read-only and writable opens raise SidecarError naming the log; the file is untouched
+    (before: the planted hierarchy was read, and a writable open copied it into the file)."""
+    path = victim(tmp_path)
+    wal = planted_wal(path, tmp_path)
+    os.chown(wal, NOBODY, NOBODY)
+    before = fingerprint(path)
+    store = SQLiteStore(path, read_only=read_only)
+    try:
+        with pytest.raises(errors.SidecarError, match="-wal") as raised:
+            root_attributes(store)
+    finally:
+        store.close()
+    assert "another user" in str(raised.value) and "remove it" in str(raised.value)
+    assert fingerprint(path) == before
+
+
+@needs_root
+@pytest.mark.parametrize("command", ["info", "tree", "check", "snapshot", "mv"])
+def test_a_planted_wal_of_another_user_is_refused_by_every_command(tmp_path, command):
+    path = victim(tmp_path)
+    os.chown(planted_wal(path, tmp_path), NOBODY, NOBODY)
+    before = fingerprint(path)
+    more = {"snapshot": [tmp_path / "copy.zarrdb"], "mv": ["a", "b"]}.get(command, [])
+    line = assert_bad_input(run(command, path, *more), f"{path}-wal")
+    assert "another user" in line
+    assert fingerprint(path) == before
+
+
+@needs_root
+def test_the_conformance_checker_refuses_a_planted_wal(tmp_path):
+    path = victim(tmp_path)
+    os.chown(planted_wal(path, tmp_path), NOBODY, NOBODY)
+    with pytest.raises(errors.SidecarError, match="another user"):
+        conformance.check_file(path)
+
+
+def test_a_log_with_content_beside_a_file_in_rollback_mode_is_refused(tmp_path):
+    """Even the user's own: no writer of this file leaves one (it could only be copied in)."""
+    path = victim(tmp_path)
+    planted_wal(path, tmp_path)
+    with pytest.raises(errors.SidecarError, match="not in WAL mode"):
+        SQLiteStore(path, read_only=True).ensure_open()
+    line = assert_bad_input(run("info", path), "-wal")
+    assert "not in WAL mode" in line
+
+
+@pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])
+@pytest.mark.parametrize("mode", [0o666, 0o664])
+def test_a_sidecar_others_may_write_is_refused(tmp_path, suffix, mode):
+    """A world- or group-writable sidecar beside a file that is neither: whoever may write it
+    decides what is read (the "planted world-writable -shm beside a planted -wal")."""
+    path = victim(tmp_path)
+    side = Path(f"{path}{suffix}")
+    side.write_bytes(b"")
+    os.chmod(side, mode)
+    with pytest.raises(errors.SidecarError, match="may be written by"):
+        SQLiteStore(path, read_only=True).ensure_open()
+
+
+def test_sidecars_as_writable_as_the_file_are_accepted(tmp_path):
+    """A file shared with its group for writing gets sidecars with its own permissions."""
+    path = victim(tmp_path)
+    os.chmod(path, 0o664)
+    Path(f"{path}-journal").write_bytes(b"")
+    os.chmod(f"{path}-journal", 0o664)
+    with SQLiteStore(path, read_only=True) as store:
+        assert store.get_sync("zarr.json") is not None
+
+
+def test_a_sidecar_that_is_not_a_regular_file_is_refused(tmp_path):
+    """A pipe as the journal held the open forever (in a child, so that it cannot hold the
+    tests); a link points anywhere."""
+    path = victim(tmp_path)
+    os.mkfifo(f"{path}-journal")
+    try:
+        child = subprocess.run(
+            [sys.executable, "-c", "import sys; from zarrdb import SQLiteStore; "
+             "SQLiteStore(sys.argv[1], read_only=True).ensure_open()", str(path)],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail("opening a file beside a pipe named as its journal hung")
+    assert "SidecarError" in child.stderr and "not a regular file" in child.stderr, child.stderr
+    os.unlink(f"{path}-journal")
+    os.symlink(tmp_path / "elsewhere", f"{path}-wal")
+    with pytest.raises(errors.SidecarError, match="not a regular file"):
+        SQLiteStore(path, read_only=True).ensure_open()
+
+
+@needs_root
+def test_a_sidecar_planted_before_the_file_exists_is_refused(tmp_path):
+    """A -journal waiting for a file to be created under its name."""
+    path = tmp_path / "new.zarrdb"
+    Path(f"{path}-journal").write_bytes(b"")
+    os.chown(f"{path}-journal", NOBODY, NOBODY)
+    with pytest.raises(errors.SidecarError):
+        SQLiteStore(path).ensure_open()
+
+
+def test_a_file_in_wal_mode_is_read_beside_its_writer(tmp_path):
+    """The usual case still works: a second store reads what a writer in WAL mode committed,
+    while the writer has its -wal and -shm open."""
+    path = tmp_path / "live.zarrdb"
+    with SQLiteStore(path, journal="wal") as writer:
+        group = zarr.open_group(writer, mode="w")
+        group.create_array("a", shape=(4,), dtype="int32")[:] = [1, 2, 3, 4]
+        assert Path(f"{path}-wal").stat().st_size > 0
+        with SQLiteStore(path, read_only=True) as reader:
+            assert list(zarr.open_array(reader, path="a", mode="r")[:]) == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("change", ["cut", "padded"])
+def test_a_file_whose_size_is_not_its_headers_is_refused(tmp_path, change):
+    """In rollback mode the header's page count times the page size is the file's size; a file
+    cut short or added to (a sparse tail that makes every size bound huge) is refused."""
+    path = victim(tmp_path)
+    size = path.stat().st_size
+    os.truncate(path, size - 1024 if change == "cut" else size + (1 << 30))
+    with pytest.raises(errors.DatabaseCorruptError, match="header says"):
+        SQLiteStore(path, read_only=True).ensure_open()
+    report = conformance.check_file(path)
+    assert any("header says" in f.message for f in report.findings)
+
+
+def test_the_checks_keep_the_locks_of_this_process(tmp_path):
+    """The header is read through SQLite's own handle: closing another descriptor of the file
+    would drop every POSIX lock this process holds on it, here a writer's, and let another
+    process write in the middle of its transaction."""
+    path = victim(tmp_path)
+    with SQLiteStore(path) as writer, writer.transaction():
+        writer.set_sync("k", default_buffer_prototype().buffer.from_bytes(b"x"))
+        with SQLiteStore(path, read_only=True) as reader:  # opened and closed meanwhile
+            assert reader.get_sync("zarr.json") is not None
+        other = subprocess.run(
+            [sys.executable, "-c", "import sqlite3, sys; "
+             "sqlite3.connect(sys.argv[1], timeout=0).execute('BEGIN IMMEDIATE')", str(path)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert other.returncode != 0 and "locked" in other.stderr, other.stderr
+
+
+@needs_root
+def test_a_log_planted_while_the_file_is_open_is_not_read(tmp_path):
+    """SQLite looks for a -wal again at each read of a file in rollback mode: one planted
+    after the open (another user's) makes the read fail instead of being read (before: the
+    planted log's hierarchy was read). The engine's VFS refuses such a -wal or -journal as
+    SQLite opens it."""
+    path = victim(tmp_path)
+    spare = tmp_path / "spare"
+    spare.mkdir()
+    source = planted_wal(shutil.copyfile(path, spare / path.name), spare)
+    content = path.read_bytes()
+    with SQLiteStore(path, read_only=True) as store:
+        assert "planted" not in root_attributes(store)
+        shutil.copyfile(source, f"{path}-wal")
+        os.chown(f"{path}-wal", NOBODY, NOBODY)
+        with pytest.raises(errors.SidecarError, match="another user"):
+            root_attributes(store)
+    assert path.read_bytes() == content

@@ -1,0 +1,69 @@
+"""A coordinate that declares more than the file holds (issue 37, finding 5).
+
+xarray reads each dimension coordinate whole when it opens a dataset, to build its index, at
+the size the metadata declares: a 2.5 KB file declaring a coordinate of 1.25e8 float64 values
+and storing no chunk made `xr.open_dataset("x.zarrdb")` allocate 1.9 GB. The backend checks the
+declared size first against `max_coordinate_bytes`, which the caller can raise.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+from zarrdb import SQLiteStore, errors
+from zarrdb.xarray_backend import MAX_COORDINATE_BYTES
+
+DECLARED = 40_000_000  # float64 values: 320 MB, above the default limit
+
+
+def declaring(path, n: int, *, group: str = ""):
+    """A file whose (sub)group has a coordinate "x" of `n` float64 values, none stored, and a
+    variable on it."""
+    with SQLiteStore(path) as store:
+        root = zarr.open_group(store, mode="w")
+        node = root.create_group(group) if group else root
+        node.create_array("x", shape=(n,), chunks=(1_000_000,), dtype="float64",
+                          dimension_names=["x"], fill_value=0.0)  # fmt: skip
+        node.create_array("v", shape=(n,), chunks=(1_000_000,), dtype="float32",
+                          dimension_names=["x"], fill_value=0.0)  # fmt: skip
+    return path
+
+
+def test_a_file_declaring_a_huge_coordinate_is_refused_before_xarray_reads_it(tmp_path):
+    path = declaring(tmp_path / "bomb.zarrdb", DECLARED)
+    assert path.stat().st_size < 1_000_000  # 64 KiB pages: a few of them
+    tracemalloc.start()
+    try:
+        with pytest.raises(errors.CoordinateTooLargeError, match="max_coordinate_bytes") as raised:
+            xr.open_dataset(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 50_000_000
+    assert "'x'" in str(raised.value) and f"{DECLARED:,}" in str(raised.value)
+
+
+def test_open_datatree_checks_every_group(tmp_path):
+    path = declaring(tmp_path / "deep.zarrdb", DECLARED, group="inner")
+    with pytest.raises(errors.CoordinateTooLargeError, match="inner/x"):
+        xr.open_datatree(path)
+
+
+def test_the_limit_is_the_callers(tmp_path):
+    """A small coordinate opens by default; a lower limit refuses it, a higher one lets a
+    larger one through."""
+    path = declaring(tmp_path / "small.zarrdb", 1000)
+    with xr.open_dataset(path) as ds:
+        assert np.all(ds["x"].values == 0)
+    with pytest.raises(errors.CoordinateTooLargeError):
+        xr.open_dataset(path, max_coordinate_bytes=4000)
+    with xr.open_dataset(path, max_coordinate_bytes=8000) as ds:
+        assert ds.sizes["x"] == 1000
+    big = declaring(tmp_path / "big.zarrdb", MAX_COORDINATE_BYTES // 8 + 1)
+    with pytest.raises(errors.CoordinateTooLargeError):
+        xr.open_dataset(big)
