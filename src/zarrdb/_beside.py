@@ -125,10 +125,13 @@ def _problem(st: os.stat_result | None, found: os.stat_result) -> str:
 def _check_size(
     path: str, journal: str, first: tuple[bytes, int], read: Callable[[], tuple[bytes, int] | None]
 ) -> None:
-    """The header's page count (where SQLite trusts it) times the page size is the file's size,
-    as read while no commit was under way: the same header and size before and after a look
-    at the journal, which was empty (a commit fills the journal before it writes the file,
-    and empties it last)."""
+    """The file holds at least the header's page count (where SQLite trusts it) times the page
+    size, as read while no commit was under way: the same header and size before and after a
+    look at the journal, which was empty (a commit fills the journal before it writes the file,
+    and empties it last). A longer file is whole: a process killed while the file grew, or a
+    power loss before a shrinking truncate reached the disk, leaves pages past the count, which
+    SQLite never reads (nothing past the count is a page of the file to it, and an overflow
+    chain that leads there is corrupt); every size is bounded by the count, not the length."""
     for _ in range(3):
         try:
             busy = os.path.getsize(journal) > 0
@@ -148,12 +151,12 @@ def _check_size(
     page_size = int.from_bytes(head[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
     pages = int.from_bytes(head[28:32], "big")
-    if pages == 0 or page_size * pages == size:
+    if pages == 0 or page_size * pages <= size:
         return
     raise errors.DatabaseCorruptError(
         f"{path!r}: its header says {pages:,} pages of {page_size:,} bytes "
-        f"({pages * page_size:,} bytes), but the file has {size:,} bytes: it was cut short or "
-        "added to (a partial copy or download?), or crafted",
+        f"({pages * page_size:,} bytes), but the file has only {size:,} bytes: it was cut "
+        "short (a partial copy or download?), or crafted",
         code=errors.SQLITE_CORRUPT,
         filename=path,
     )

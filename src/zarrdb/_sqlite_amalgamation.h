@@ -104,13 +104,14 @@ static int zarrdb_guarded_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_
 }
 
 /* The guarded VFS's name, registered on first use (with the GIL held: once); NULL if the
- * default VFS is not there. */
+ * default VFS is not there, or is no longer the one it wraps: only the test build's power-loss
+ * simulator makes itself the default (_vfs_powerloss.h), and its connections must go through
+ * it, so they use the default VFS as it is. */
 static const char *zarrdb_guarded_vfs(void)
 {
-    sqlite3_vfs *base;
-    if (zarrdb_guarded_base != 0) return zarrdb_guarded.zName;
-    base = sqlite3_vfs_find(0);
+    sqlite3_vfs *base = sqlite3_vfs_find(0);
     if (base == 0) return 0;
+    if (zarrdb_guarded_base != 0) return base == zarrdb_guarded_base ? zarrdb_guarded.zName : 0;
     zarrdb_guarded = *base;
     zarrdb_guarded.pNext = 0;
     zarrdb_guarded.zName = "zarrdb-guarded";
