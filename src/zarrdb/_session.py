@@ -18,7 +18,7 @@ import threading
 import weakref
 from typing import Any
 
-from zarrdb import errors
+from zarrdb import _pause, errors
 from zarrdb import remote as _remote
 from zarrdb._connections import Connections
 from zarrdb._writing import Writing
@@ -30,6 +30,7 @@ _PID = os.getpid()
 def _forked() -> None:
     global _PID
     _PID = os.getpid()
+    _pause.point("fork.child")
 
 
 os.register_at_fork(after_in_child=_forked)
@@ -129,6 +130,7 @@ class Session:
         # each other's locks: a transaction open on one, its block's writes queued on the
         # other.)
         # (A remote store's read threads are stopped after: one may be waiting for the lock.)
+        _pause.point("close")
         pool = None
         try:
             with self._lock:
@@ -142,3 +144,4 @@ class Session:
         finally:
             if pool is not None:
                 pool.close()
+            _pause.point("close.done")

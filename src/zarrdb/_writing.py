@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from typing import Any, Generic, TypeVar
 
-from zarrdb import _format
+from zarrdb import _format, _pause
 from zarrdb._core import Database, Port, Writer, _exit_transaction
 
 # One group commit takes at most this many bytes (the rest waits for the next): bounds a
@@ -179,6 +179,7 @@ class Writing:
         if sub is None:
             # The queue is full (or a transaction is opening): wait in a worker thread, not on
             # the loop.
+            _pause.point("room.wait")
             sub = await asyncio.to_thread(self.writer.submit, ops, port=watch.port)
         watch.hint(loop)
         if sub.joined:
@@ -229,6 +230,7 @@ class Writing:
         """Commit everything queued and stop the writer (the Database is then Python's);
         settle what the ports still hold. (A burst of another thread's event loop that is
         not queued yet fails with ClosedError when that loop queues it.)"""
+        _pause.point("writing.close")
         self.queue_bursts_here()
         self.writer.close()
         with self.watches_lock:
@@ -287,6 +289,7 @@ class _LoopWatch:
         burst, self.burst = self.burst, None
         if burst is None:
             return
+        _pause.point("burst.queue")
         if self.backlog:
             self.backlog.append(burst)  # after the bursts waiting for room: in order
             return
@@ -302,6 +305,7 @@ class _LoopWatch:
             return
         # The queue is full (or a transaction is opening): wait for room in a worker thread,
         # this burst and the ones after it, one by one.
+        _pause.point("burst.backlog")
         loop = self.loop()
         if loop is not None:
             self.backlog.append(burst)
@@ -310,6 +314,7 @@ class _LoopWatch:
     async def _queue_backlog(self) -> None:
         while self.backlog:
             burst = self.backlog[0]
+            _pause.point("backlog.wait")
             try:
                 sub = await asyncio.to_thread(self.writer.submit, burst.ops, port=self.port)
             except BaseException as exc:  # the waiters get it, whatever it is
@@ -442,6 +447,7 @@ def _settle(subs: list[Any]) -> None:
     """Settle the futures of finished submissions, on their loop's thread; one caller's failure
     to take its result (a cancelled task, a closed loop) never strands another. A burst's
     futures (a list) each get the error of their own write, if the burst failed."""
+    _pause.point("settle")
     for sub in subs:
         future = sub.future
         if future is None:
@@ -525,6 +531,7 @@ class Transaction(Generic[S]):
         # is listed until __enter__ returns, any of them rolls back what was opened. (A
         # `return` runs no handler, and the with statement protects the block from there.)
         level = self._level()
+        _pause.point("txn.enter")
         try:
             self.levels.append(level)
             level.writer.begin(level.inside(), level.opened)
@@ -543,6 +550,7 @@ class Transaction(Generic[S]):
         # or for another process's lock must not stop the event loop, which may be running
         # this transaction's own work. The context's mark is set here, in the coroutine.
         level = self._level()
+        _pause.point("txn.enter")
         self.levels.append(level)
         begin = asyncio.ensure_future(
             asyncio.to_thread(level.writer.begin, level.inside(), level.opened)
@@ -560,6 +568,7 @@ class Transaction(Generic[S]):
         return self.store
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        _pause.point("txn.exit")
         level = self.levels.pop()
         level.unmark()
         # Shielded: a task cancelled while the commit runs must not leave it half done.
