@@ -1,0 +1,486 @@
+"""The schedule explorer: Hypothesis generates programs over two to four callers (threads, and
+tasks on one event loop) writing through one store, and the schedules they run in, through the
+named pause points of the write path (zarrdb._pause, test builds only); each program runs in a
+fresh process (_schedule_child.py) and is checked against the oracle.
+
+A program: sets (small, large, or a bad non-contiguous value), set_sync (on the loop's thread
+from a task), sets started and awaited later, deletes, gathered small sets (a burst), outer and
+nested transactions ending in a commit or an error (with callers started inside them, awaited
+before the block ends or not), close(), a fork whose child writes, another process holding the
+write lock for a while, a small queue (a full queue), a caller waiting until some point is
+reached; and the schedule: gates (the k-th thread to reach point P waits until point Q is
+reached) and SIGINT sent to the main thread at a point, after which the program ends while its
+threads go on (the exit hook closes the store).
+
+The oracle:
+- every operation ends within the child's deadline (a hang fails in seconds, with every
+  thread's stack), and so does a forked child's write;
+- after the process has exited, the store is one file in DELETE mode;
+- each key holds what its caller's operations, in their order, leave: an acknowledged write
+  is there unless its transaction ended in an error (a write of another caller made while a
+  transaction that failed was open may have joined it); a transaction is all or nothing;
+  a write that failed is not there; a forked child's write inside its parent's transaction
+  fails;
+- a good value is never refused because of another caller's; a write is not failed with
+  ClosedError by a close() that its own thread started after it.
+
+Budget: ZARRDB_EXPLORER_EXAMPLES programs (default 40; 1,000 in the slow run), derandomized
+unless ZARRDB_EXPLORER_RANDOM=1; ZARRDB_EXPLORER_SHRINK programs at most for shrinking a failure
+(default 100). ZARRDB_EXPLORER_WITHOUT leaves features out of the programs, to look for one kind
+of defect at a time: a comma-separated list of thread, task, set_sync, fire, delete, bad,
+full_queue, lock, txn, nested, children, join, detach, close, fork, wait, gate, signal,
+same_key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from zarrdb import _core
+
+from .helpers import PYTHON, child_env, header_journal_mode, sidecars
+
+pytestmark = pytest.mark.skipif(
+    not _core._PAUSE_POINTS or not hasattr(os, "fork"),
+    reason="the pause points are in test builds only (ZARRDB_TEST_VFS=1); the runner forks",
+)
+
+HERE = Path(__file__).resolve().parent
+WITHOUT = set(filter(None, os.environ.get("ZARRDB_EXPLORER_WITHOUT", "").split(",")))
+POINTS = [
+    "burst.queue", "burst.backlog", "backlog.wait", "room.wait", "submit.queued",
+    "submit.full", "flush", "writer.take", "writer.commit", "writer.committed", "settle",
+    "txn.enter", "txn.begin", "txn.end", "txn.exit", "close", "close.done",
+    "connections.close", "writing.close", "writer.close", "fork.child",
+]  # fmt: skip
+MARKS = [f"a{i}.{j}" for i in range(4) for j in range(4)]  # caller i before its j-th step
+ANY_POINT = st.sampled_from(POINTS + MARKS)
+KINDS = [k for k in ("thread", "task") if k not in WITHOUT]
+WRITES = [k for k in ("set", "set", "set_sync", "fire", "fire", "delete") if k not in WITHOUT]
+JOIN = [j for j, name in ((True, "join"), (False, "detach")) if name not in WITHOUT]
+BAD = st.just(False) if "bad" in WITHOUT else st.integers(0, 5).map(lambda n: n == 0)
+SIZE = st.sampled_from(["small", "small", "large"])
+WRITE = st.fixed_dictionaries(
+    {"op": st.sampled_from(WRITES), "key": st.integers(0, 1), "size": SIZE, "bad": BAD}
+)
+# A caller started inside a transaction: (a nested transaction of its own?, it commits?, writes)
+CHILD = st.tuples(st.booleans(), st.booleans(), st.lists(WRITE, min_size=1, max_size=2))
+
+
+class Runner:
+    """The server process that forks one child per program (started once per test)."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [PYTHON, str(HERE / "_schedule_child.py")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+        )
+        self.dir = Path(tempfile.mkdtemp(prefix="zarrdb-explorer-"))
+        self.n = 0
+
+    def run(self, program: dict) -> tuple[int, list[dict], str, Path]:
+        self.n += 1
+        base = self.dir / f"p{self.n}"
+        request = {
+            "program": program,
+            "path": f"{base}.zarrdb",
+            "events": f"{base}.events",
+            "stderr": f"{base}.stderr",
+        }
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        answer = json.loads(self.proc.stdout.readline())
+        events = []
+        if os.path.exists(request["events"]):
+            with open(request["events"]) as f:
+                events = [json.loads(line) for line in f if line.endswith("\n")]
+        stderr = Path(request["stderr"]).read_text(errors="replace")
+        return answer["exit"], events, stderr, Path(request["path"])
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+RUNNER: Runner | None = None
+
+
+def runner() -> Runner:
+    global RUNNER
+    if RUNNER is None or RUNNER.proc.poll() is not None:
+        RUNNER = Runner()
+    return RUNNER
+
+
+# --- the oracle ---------------------------------------------------------------------------
+
+
+def stored(path: Path) -> dict[str, int]:
+    """key -> id of the operation whose value it holds (read with the standard library)."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return {k: int.from_bytes(bytes(v[:8]), "little") for k, v in con.execute(
+            "SELECT k, v FROM zarr")}  # fmt: skip
+    finally:
+        con.close()
+
+
+def walk(ops: list[dict], ns: str, chain: tuple[int, ...], callers: dict, where: dict) -> None:
+    """Every caller's list of operations (namespace -> ops) as the child names them, and for
+    each operation its caller and the transactions around it."""
+    callers.setdefault(ns, [])
+    for op in ops:
+        where[op["id"]] = (ns, chain, op)
+        if op["op"] == "txn":
+            sub = f"{ns}t{op['id']}"
+            walk(op["body"], sub, (*chain, op["id"]), callers, where)
+            for i, child in enumerate(op["children"]):
+                walk(child, f"{sub}c{i}", (*chain, op["id"]), callers, where)
+        elif op["op"] == "gather":
+            for i, each in enumerate(op["ops"]):
+                walk([each], f"{ns}g{op['id']}c{i}", chain, callers, where)
+        callers[ns].append(op)
+
+
+def check(program: dict, code: int, events: list[dict], stderr: str, path: Path) -> None:
+    tail = "\n".join(stderr.splitlines()[-60:])
+    if "Timeout (" in stderr or code == -9:
+        raise AssertionError(f"hang: an operation did not finish in time\n{tail}")
+    if code not in (0, 130):
+        raise AssertionError(f"the program ended with status {code}\n{tail}")
+    interrupted = any(e.get("interrupted") for e in events)
+    recs = {e["id"]: e for e in events if "id" in e}
+    hung = [i for i, e in recs.items() if e["s"] == "hang"]
+    assert not hung, f"hang: the child forked by operation {hung[0]} did not finish its write"
+    left = sidecars(path)
+    mode = header_journal_mode(path)
+    assert not left and mode == "delete", f"after exit: sidecars {left}, journal mode {mode}"
+
+    callers: dict[str, list[dict]] = {}
+    where: dict[int, tuple] = {}
+    for i, actor in enumerate(program["actors"]):
+        walk(actor["ops"], f"a{i}", (), callers, where)
+    txns = [op for _, _, op in where.values() if op["op"] == "txn"]
+    closes = [recs.get(op["id"]) for _, _, op in where.values() if op["op"] == "close"]
+
+    def failed_txn_overlaps(rec: dict) -> bool:
+        for txn in txns:
+            t = recs.get(txn["id"])
+            if t is None or (t["s"] != "ok" and t["t0"] <= rec["t1"] and rec["t0"] <= t["t1"]):
+                return True
+        return False
+
+    def effect(op: dict, chain: tuple[int, ...]) -> str:
+        """'yes', 'no' or 'maybe': whether the operation's value must be stored."""
+        rec = recs.get(op["id"])
+        if rec is None:
+            return "maybe"
+        if rec["s"] != "ok":
+            return "no"
+        if op["op"] == "fork" and chain:
+            raise AssertionError(
+                f"operation {op['id']}: a forked child wrote inside its parent's transaction "
+                f"{chain[-1]} (it must fail with ClosedError)"
+            )
+        if op.get("bad"):
+            raise AssertionError(f"operation {op['id']}: a non-contiguous value was accepted")
+        outcomes = [recs.get(t) for t in chain]
+        if any(o is not None and o["s"] != "ok" for o in outcomes):
+            return "no"
+        if any(o is None for o in outcomes):
+            return "maybe"
+        return "maybe" if not chain and failed_txn_overlaps(rec) else "yes"
+
+    for i, rec in recs.items():
+        ns, chain, op = where[i]
+        if rec["s"] != "err" or op["op"] not in ("set", "set_sync", "fire") or op["bad"]:
+            continue
+        if rec["e"] != "ClosedError":
+            assert chain and rec["e"] == "MisuseError", (
+                f"operation {i} ({op['op']} of a good value by {ns}) failed with "
+                f"{rec['e']}: {rec.get('m')}"
+            )
+            continue
+        before = [c for c in closes if c is None or c["t0"] <= rec["t1"]]
+        if before and not interrupted and all(
+            c is not None and c["th"] == rec["th"] and c["t0"] > rec["t0"] for c in before
+        ):
+            raise AssertionError(
+                f"operation {i} ({op['op']} by {ns}) failed with ClosedError from a close() "
+                "its own thread started after it"
+            )
+
+    found = stored(path)
+    for ns, ops in callers.items():
+        keys: dict[str, set[int | None]] = {}
+        for op in ops:
+            if op["op"] not in ("set", "set_sync", "fire", "delete", "fork"):
+                continue
+            key = f"{ns}/{op['key']}"
+            now = effect(op, where[op["id"]][1])
+            new = None if op["op"] == "delete" else op["id"]
+            acceptable = keys.setdefault(key, {None})
+            if now == "yes":
+                keys[key] = {new}
+            elif now == "maybe":
+                acceptable.add(new)
+        for key, acceptable in keys.items():
+            got = found.get(key)
+            assert got in acceptable, (
+                f"{key} holds the value of operation {got}; its caller's operations allow only "
+                f"{sorted(acceptable, key=str)} (None: absent)"
+            )
+
+
+# --- the programs ----------------------------------------------------------------------------
+
+
+class ScheduleExplorer(RuleBasedStateMachine):
+    """Builds a program step by step (each rule adds to it); the teardown runs and checks it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.program: dict = {"actors": [], "gates": [], "signal": None}
+        # Per caller: the stack of (list being added to, the transaction whose block it is).
+        self.open: list[list[tuple[list, dict | None]]] = []
+        self.next_id = 0
+
+    def new_id(self) -> int:
+        self.next_id += 1
+        return self.next_id
+
+    @initialize(
+        kinds=st.lists(st.sampled_from(KINDS), min_size=2, max_size=4),
+        small_queue=st.sampled_from([True, True, False]),
+        lock_ms=st.sampled_from([0, 0, 300]),
+    )
+    def callers(self, kinds: list[str], small_queue: bool, lock_ms: int) -> None:
+        for kind in kinds:
+            ops: list = []
+            self.program["actors"].append({"kind": kind, "ops": ops})
+            self.open.append([(ops, None)])
+        if small_queue and "full_queue" not in WITHOUT:
+            self.program["queue_bytes"] = 96 * 1024  # one large value fills it
+        if lock_ms and "lock" not in WITHOUT:
+            self.program["lock_ms"] = lock_ms
+
+    def add(self, caller: int, op: dict) -> dict:
+        op["id"] = self.new_id()
+        if "same_key" in WITHOUT and "key" in op:
+            op["key"] = 10 + op["id"]  # no two writes of one key: order cannot show
+        self.open[caller % len(self.open)][-1][0].append(op)
+        return op
+
+    @rule(
+        caller=st.integers(0, 3),
+        kind=st.sampled_from(WRITES),
+        key=st.integers(0, 1),
+        size=SIZE,
+        bad=BAD,
+        times=st.integers(1, 3),
+    )
+    def write(self, caller: int, kind: str, key: int, size: str, bad: bool, times: int) -> None:
+        for _ in range(times):  # the same write again: more of them in flight at once
+            self.add(caller, {"op": kind, "key": key, "size": size, "bad": bad})
+
+    @rule(
+        caller=st.integers(0, 3),
+        n=st.integers(2, 5),
+        bad=st.just(-1) if "bad" in WITHOUT else st.integers(-3, 4),
+    )
+    def gather(self, caller: int, n: int, bad: int) -> None:
+        ops = [
+            {"op": "set", "key": 0, "size": "small", "bad": i == bad, "id": self.new_id()}
+            for i in range(n)
+        ]
+        self.add(caller, {"op": "gather", "ops": ops})
+
+    @precondition(lambda self: "txn" not in WITHOUT)
+    @rule(
+        caller=st.integers(0, 3),
+        ok=st.booleans(),
+        join=st.sampled_from(JOIN or [True]),
+        body=st.lists(WRITE, max_size=2),
+        children=st.lists(CHILD, max_size=2) if "children" not in WITHOUT else st.just([]),
+        stay_open=st.booleans(),
+    )
+    def transaction(
+        self, caller: int, ok: bool, join: bool, body: list, children: list, stay_open: bool
+    ) -> None:
+        """A transaction (nested in one the caller has open) with its block's writes and the
+        callers started inside it (each a nested transaction with writes, or writes);
+        `stay_open`: the caller's next steps go into its block until end_block."""
+        if "nested" in WITHOUT and len(self.open[caller % len(self.open)]) > 1:
+            return
+        op = self.add(caller, {"op": "txn", "ok": ok, "join": join, "body": [], "children": []})
+        for write in body:
+            op["body"].append(self.numbered(write))
+        for nested, child_ok, writes in children:
+            ops = [self.numbered(write) for write in writes]
+            if nested and "nested" not in WITHOUT:
+                inner = self.numbered(
+                    {"op": "txn", "ok": child_ok, "join": True, "body": ops, "children": []}
+                )
+                ops = [inner]
+            op["children"].append(ops)
+        if stay_open:
+            self.open[caller % len(self.open)].append((op["body"], op))
+
+    def numbered(self, op: dict) -> dict:
+        return {**op, "id": self.new_id()}
+
+    def _inside(self, caller: int, txn_only: bool) -> list[tuple[list, dict | None]] | None:
+        """The stack of the `caller`-th caller that has a block open (its innermost one a
+        transaction's block, with `txn_only`), if any has."""
+        stacks = [
+            stack for stack in self.open
+            if len(stack) > 1 and (stack[-1][1] is not None or not txn_only)
+        ]  # fmt: skip
+        return stacks[caller % len(stacks)] if stacks else None
+
+    @precondition(
+        lambda self: "txn" not in WITHOUT and "children" not in WITHOUT
+        and self._inside(0, True) is not None
+    )  # fmt: skip
+    @rule(caller=st.integers(0, 3))
+    def start_caller_inside(self, caller: int) -> None:
+        """Inside a caller's innermost open transaction, a caller of its own (a thread or task
+        started in the block's context): the caller's next steps go to it."""
+        stack = self._inside(caller, True)
+        assert stack is not None
+        txn = stack[-1][1]
+        assert txn is not None
+        child: list = []
+        txn["children"].append(child)
+        stack.append((child, None))
+
+    @precondition(lambda self: self._inside(0, False) is not None)
+    @rule(caller=st.integers(0, 3))
+    def end_block(self, caller: int) -> None:
+        """A caller with a block open ends it (the rest of its steps go after it)."""
+        stack = self._inside(caller, False)
+        assert stack is not None
+        stack.pop()
+
+    @precondition(lambda self: "close" not in WITHOUT)
+    @rule(caller=st.integers(0, 3))
+    def close(self, caller: int) -> None:
+        self.add(caller, {"op": "close"})
+
+    @precondition(lambda self: "fork" not in WITHOUT)
+    @rule(caller=st.integers(0, 3), key=st.integers(0, 1))
+    def fork_and_write(self, caller: int, key: int) -> None:
+        self.add(caller, {"op": "fork", "key": 2 + key})
+
+    @precondition(lambda self: "wait" not in WITHOUT)
+    @rule(caller=st.integers(0, 3), until=ANY_POINT)
+    def wait_for(self, caller: int, until: str) -> None:
+        self.add(caller, {"op": "wait", "until": until})
+
+    @precondition(lambda self: "gate" not in WITHOUT)
+    @rule(at=ANY_POINT, k=st.integers(1, 2), until=ANY_POINT)
+    def gate(self, at: str, k: int, until: str) -> None:
+        if at != until:
+            self.program["gates"].append([at, k, until])
+
+    @precondition(lambda self: "signal" not in WITHOUT and self.program["signal"] is None)
+    @rule(at=ANY_POINT, k=st.integers(1, 2))
+    def signal_at(self, at: str, k: int) -> None:
+        self.program["signal"] = [at, k]
+
+    def teardown(self) -> None:
+        if not self.program["actors"]:
+            return
+        text = json.dumps(self.program)
+        # A program fails again as it did, unrun: a schedule that failed once is a failure,
+        # and Hypothesis replays the smallest one at the end (from this same line).
+        message = PROGRESS["failed"].get(text)
+        first = PROGRESS["first_failure"]
+        if message is None:
+            if first is not None and PROGRESS["programs"] - first[0] >= SHRINK_PROGRAMS:
+                return
+            code, events, stderr, path = runner().run(self.program)
+            PROGRESS["programs"] += 1
+            try:
+                check(self.program, code, events, stderr, path)
+            except AssertionError as exc:
+                if first is None:
+                    PROGRESS["first_failure"] = (
+                        PROGRESS["programs"], time.monotonic() - PROGRESS["started"]
+                    )
+                message = PROGRESS["failed"][text] = f"{exc}\nprogram: {text}"
+            else:
+                for leftover in path.parent.glob(f"{path.stem}.*"):
+                    leftover.unlink()
+        if message is not None:
+            raise AssertionError(message)
+
+
+
+PROGRESS: dict = {"started": 0.0, "programs": 0, "first_failure": None, "failed": {}}
+# Programs run while shrinking a failure (each can take the child's whole deadline): once they
+# are spent, a program not seen failing already passes unrun, so the shrinker ends with the
+# smallest failing program found so far.
+SHRINK_PROGRAMS = int(os.environ.get("ZARRDB_EXPLORER_SHRINK", 100))
+
+
+def explore(examples: int) -> None:
+    """Runs the explorer; prints how many programs ran and how long it took until the first
+    failing one (before shrinking)."""
+    PROGRESS.update(started=time.monotonic(), programs=0, first_failure=None, failed={})
+    try:
+        run_state_machine_as_test(
+            ScheduleExplorer,
+            settings=settings(
+                max_examples=int(os.environ.get("ZARRDB_EXPLORER_EXAMPLES", examples)),
+                stateful_step_count=12,
+                deadline=None,
+                # Reproducible unless a run asks for fresh programs.
+                derandomize=not os.environ.get("ZARRDB_EXPLORER_RANDOM"),
+                database=None,
+                suppress_health_check=list(HealthCheck),
+                report_multiple_bugs=False,
+                phases=[Phase.generate, Phase.shrink],
+            ),
+        )
+    finally:
+        if RUNNER is not None:
+            shutil.rmtree(RUNNER.dir, ignore_errors=True)
+            RUNNER.dir.mkdir()
+        first = PROGRESS["first_failure"]
+        found = f"; first failure after {first[0]} programs, {first[1]:.1f} s" if first else ""
+        print(f"explorer: {PROGRESS['programs']} programs, "
+              f"{time.monotonic() - PROGRESS['started']:.1f} s{found}", file=sys.stderr)
+
+
+def test_schedule_explorer_finds_no_defect() -> None:
+    explore(40)
+
+
+@pytest.mark.slow
+def test_schedule_explorer_large_budget() -> None:
+    explore(1000)
