@@ -166,10 +166,14 @@ class Run:
             try:
                 with self.store.transaction():
                     children = self.threads(op["children"], f"{ns}t{op['id']}", join=False)
-                    self.run_sync(op["body"], f"{ns}t{op['id']}", True)
-                    if op["join"]:
-                        for thread in children:
-                            thread.join()
+                    try:
+                        self.run_sync(op["body"], f"{ns}t{op['id']}", True)
+                    finally:
+                        if op["join"]:
+                            for thread in children:
+                                thread.join()
+                        else:  # they outlive the block; the program waits for them at its end
+                            self.started.extend(children)
                     if not op["ok"]:
                         raise Boom()
             except Exception as exc:
@@ -248,9 +252,11 @@ class Run:
                         for i, each in enumerate(op["children"])
                     ]
                     self.pending.extend(children)
-                    await self.run_async(op["body"], sub, True)
-                    if op["join"]:
-                        await asyncio.gather(*children, return_exceptions=True)
+                    try:
+                        await self.run_async(op["body"], sub, True)
+                    finally:
+                        if op["join"]:
+                            await asyncio.gather(*children, return_exceptions=True)
                     if not op["ok"]:
                         raise Boom()
             except Exception as exc:
@@ -290,7 +296,7 @@ class Run:
 
     def main(self) -> int:
         self.store.ensure_open()
-        holder = None
+        holder = timer = None
         if self.program.get("lock_ms"):
             # Another process holds the file's write lock for a while (the helper module is
             # imported by its file's directory: the tests are not a package here).
@@ -307,14 +313,17 @@ class Run:
             for thread in self.threads_of_program():
                 thread.start()
                 self.started.append(thread)
-            for thread in self.started:
+            for thread in self.started:  # (the list grows by the callers started late)
                 while thread.is_alive():
                     thread.join(0.05)
         except KeyboardInterrupt:
+            self.sched.signal_at = None
             self.record(interrupted=True)
             return 130  # the program ends here: exit handlers run while the threads go on
-        if holder is not None:
-            holder.release()
+        self.sched.signal_at = None  # the program is over: a SIGINT now would be the runner's
+        if holder is not None and timer is not None:
+            timer.join()  # it lets go of the lock
+            holder.proc.wait(DEADLINE)
         return 0
 
 

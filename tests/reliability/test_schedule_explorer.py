@@ -25,8 +25,8 @@ The oracle:
   ClosedError by a close() that its own thread started after it.
 
 Budget: ZARRDB_EXPLORER_EXAMPLES programs (default 40; 1,000 in the slow run), derandomized
-unless ZARRDB_EXPLORER_RANDOM=1; ZARRDB_EXPLORER_SHRINK programs at most for shrinking a failure
-(default 100). ZARRDB_EXPLORER_WITHOUT leaves features out of the programs, to look for one kind
+unless ZARRDB_EXPLORER_RANDOM=1; ZARRDB_EXPLORER_SHRINK seconds at most for shrinking a failure
+(default 60). ZARRDB_EXPLORER_WITHOUT leaves features out of the programs, to look for one kind
 of defect at a time: a comma-separated list of thread, task, set_sync, fire, delete, bad,
 full_queue, lock, txn, nested, children, join, detach, close, fork, wait, gate, signal,
 same_key.
@@ -74,6 +74,13 @@ POINTS = [
 ]  # fmt: skip
 MARKS = [f"a{i}.{j}" for i in range(4) for j in range(4)]  # caller i before its j-th step
 ANY_POINT = st.sampled_from(POINTS + MARKS)
+# What a caller may wait for: the moments where the write path holds something others need.
+MILESTONE = st.sampled_from([
+    "txn.begin", "txn.end", "writer.take", "writer.commit", "submit.queued", "submit.full",
+    "burst.backlog", "close", "writing.close", "connections.close", "settle",
+])  # fmt: skip
+# Most steps may first wait for such a moment (the step's `after`).
+AFTER = st.one_of(st.none(), MILESTONE) if "wait" not in WITHOUT else st.none()
 KINDS = [k for k in ("thread", "task") if k not in WITHOUT]
 WRITES = [k for k in ("set", "set", "set_sync", "fire", "fire", "delete") if k not in WITHOUT]
 JOIN = [j for j, name in ((True, "join"), (False, "detach")) if name not in WITHOUT]
@@ -149,17 +156,22 @@ def stored(path: Path) -> dict[str, int]:
         con.close()
 
 
-def walk(ops: list[dict], ns: str, chain: tuple[int, ...], callers: dict, where: dict) -> None:
+Chain = tuple[tuple[int, bool], ...]
+
+
+def walk(ops: list[dict], ns: str, chain: Chain, callers: dict, where: dict) -> None:
     """Every caller's list of operations (namespace -> ops) as the child names them, and for
-    each operation its caller and the transactions around it."""
+    each operation its caller and the transactions around it: (id, whether the operation may
+    outlive it: a caller started in its block that the block does not wait for)."""
     callers.setdefault(ns, [])
     for op in ops:
         where[op["id"]] = (ns, chain, op)
         if op["op"] == "txn":
             sub = f"{ns}t{op['id']}"
-            walk(op["body"], sub, (*chain, op["id"]), callers, where)
+            walk(op["body"], sub, (*chain, (op["id"], False)), callers, where)
             for i, child in enumerate(op["children"]):
-                walk(child, f"{sub}c{i}", (*chain, op["id"]), callers, where)
+                inside = (*chain, (op["id"], not op["join"]))
+                walk(child, f"{sub}c{i}", inside, callers, where)
         elif op["op"] == "gather":
             for i, each in enumerate(op["ops"]):
                 walk([each], f"{ns}g{op['id']}c{i}", chain, callers, where)
@@ -194,26 +206,34 @@ def check(program: dict, code: int, events: list[dict], stderr: str, path: Path)
                 return True
         return False
 
-    def effect(op: dict, chain: tuple[int, ...]) -> str:
+    def effect(op: dict, chain: Chain) -> str:
         """'yes', 'no' or 'maybe': whether the operation's value must be stored."""
         rec = recs.get(op["id"])
         if rec is None:
             return "maybe"
         if rec["s"] != "ok":
             return "no"
-        if op["op"] == "fork" and chain:
+        if op["op"] == "fork" and any(not may_outlive for _, may_outlive in chain):
             raise AssertionError(
                 f"operation {op['id']}: a forked child wrote inside its parent's transaction "
-                f"{chain[-1]} (it must fail with ClosedError)"
+                f"{chain[-1][0]} (it must fail with ClosedError)"
             )
         if op.get("bad"):
             raise AssertionError(f"operation {op['id']}: a non-contiguous value was accepted")
-        outcomes = [recs.get(t) for t in chain]
-        if any(o is not None and o["s"] != "ok" for o in outcomes):
-            return "no"
-        if any(o is None for o in outcomes):
+        unsure = False
+        applies = False
+        for txn, may_outlive in chain:
+            o = recs.get(txn)
+            if o is not None and may_outlive and rec["t0"] > o["t1"]:
+                continue  # written after the block ended: not the transaction's
+            if o is None or (may_outlive and rec["t1"] > o["t1"]):
+                unsure = True  # the transaction's outcome, or whether it was in it, unknown
+            elif o["s"] != "ok":
+                return "no"  # a level it is in was rolled back
+            applies = True
+        if unsure:
             return "maybe"
-        return "maybe" if not chain and failed_txn_overlaps(rec) else "yes"
+        return "maybe" if not applies and failed_txn_overlaps(rec) else "yes"
 
     for i, rec in recs.items():
         ns, chain, op = where[i]
@@ -276,7 +296,7 @@ class ScheduleExplorer(RuleBasedStateMachine):
     @initialize(
         kinds=st.lists(st.sampled_from(KINDS), min_size=2, max_size=4),
         small_queue=st.sampled_from([True, True, False]),
-        lock_ms=st.sampled_from([0, 0, 300]),
+        lock_ms=st.sampled_from([0, 300]),
     )
     def callers(self, kinds: list[str], small_queue: bool, lock_ms: int) -> None:
         for kind in kinds:
@@ -302,8 +322,12 @@ class ScheduleExplorer(RuleBasedStateMachine):
         size=SIZE,
         bad=BAD,
         times=st.integers(1, 3),
+        after=AFTER,
     )
-    def write(self, caller: int, kind: str, key: int, size: str, bad: bool, times: int) -> None:
+    def write(
+        self, caller: int, kind: str, key: int, size: str, bad: bool, times: int, after: str | None
+    ) -> None:
+        self.wait(caller, after)
         for _ in range(times):  # the same write again: more of them in flight at once
             self.add(caller, {"op": kind, "key": key, "size": size, "bad": bad})
 
@@ -327,15 +351,24 @@ class ScheduleExplorer(RuleBasedStateMachine):
         body=st.lists(WRITE, max_size=2),
         children=st.lists(CHILD, max_size=2) if "children" not in WITHOUT else st.just([]),
         stay_open=st.booleans(),
+        after=AFTER,
     )
     def transaction(
-        self, caller: int, ok: bool, join: bool, body: list, children: list, stay_open: bool
+        self,
+        caller: int,
+        ok: bool,
+        join: bool,
+        body: list,
+        children: list,
+        stay_open: bool,
+        after: str | None,
     ) -> None:
         """A transaction (nested in one the caller has open) with its block's writes and the
         callers started inside it (each a nested transaction with writes, or writes);
         `stay_open`: the caller's next steps go into its block until end_block."""
         if "nested" in WITHOUT and len(self.open[caller % len(self.open)]) > 1:
             return
+        self.wait(caller, after)
         op = self.add(caller, {"op": "txn", "ok": ok, "join": join, "body": [], "children": []})
         for write in body:
             op["body"].append(self.numbered(write))
@@ -349,6 +382,10 @@ class ScheduleExplorer(RuleBasedStateMachine):
             op["children"].append(ops)
         if stay_open:
             self.open[caller % len(self.open)].append((op["body"], op))
+
+    def wait(self, caller: int, until: str | None) -> None:
+        if until is not None:
+            self.add(caller, {"op": "wait", "until": until})
 
     def numbered(self, op: dict) -> dict:
         return {**op, "id": self.new_id()}
@@ -387,17 +424,19 @@ class ScheduleExplorer(RuleBasedStateMachine):
         stack.pop()
 
     @precondition(lambda self: "close" not in WITHOUT)
-    @rule(caller=st.integers(0, 3))
-    def close(self, caller: int) -> None:
+    @rule(caller=st.integers(0, 3), after=AFTER)
+    def close(self, caller: int, after: str | None) -> None:
+        self.wait(caller, after)
         self.add(caller, {"op": "close"})
 
     @precondition(lambda self: "fork" not in WITHOUT)
-    @rule(caller=st.integers(0, 3), key=st.integers(0, 1))
-    def fork_and_write(self, caller: int, key: int) -> None:
+    @rule(caller=st.integers(0, 3), key=st.integers(0, 1), after=AFTER)
+    def fork_and_write(self, caller: int, key: int, after: str | None) -> None:
+        self.wait(caller, after)
         self.add(caller, {"op": "fork", "key": 2 + key})
 
     @precondition(lambda self: "wait" not in WITHOUT)
-    @rule(caller=st.integers(0, 3), until=ANY_POINT)
+    @rule(caller=st.integers(0, 3), until=MILESTONE)
     def wait_for(self, caller: int, until: str) -> None:
         self.add(caller, {"op": "wait", "until": until})
 
@@ -421,7 +460,8 @@ class ScheduleExplorer(RuleBasedStateMachine):
         message = PROGRESS["failed"].get(text)
         first = PROGRESS["first_failure"]
         if message is None:
-            if first is not None and PROGRESS["programs"] - first[0] >= SHRINK_PROGRAMS:
+            spent = time.monotonic() - PROGRESS["started"]
+            if first is not None and spent > first[1] + SHRINK_SECONDS:
                 return
             code, events, stderr, path = runner().run(self.program)
             PROGRESS["programs"] += 1
@@ -442,10 +482,10 @@ class ScheduleExplorer(RuleBasedStateMachine):
 
 
 PROGRESS: dict = {"started": 0.0, "programs": 0, "first_failure": None, "failed": {}}
-# Programs run while shrinking a failure (each can take the child's whole deadline): once they
-# are spent, a program not seen failing already passes unrun, so the shrinker ends with the
-# smallest failing program found so far.
-SHRINK_PROGRAMS = int(os.environ.get("ZARRDB_EXPLORER_SHRINK", 100))
+# Seconds spent shrinking a failure (a hang costs the child's whole deadline each time): once
+# they are spent, a program not seen failing already passes unrun, so the shrinker ends with
+# the smallest failing program found so far.
+SHRINK_SECONDS = float(os.environ.get("ZARRDB_EXPLORER_SHRINK", 60))
 
 
 def explore(examples: int) -> None:
