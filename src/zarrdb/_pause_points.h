@@ -16,7 +16,8 @@
 
 typedef void (*zpp_hook_t)(const char *name);
 
-#if defined(ZARRDB_TEST_VFS)
+/* gcc and clang only (their atomics): the test builds are made with them. */
+#if defined(ZARRDB_TEST_VFS) && (defined(__GNUC__) || defined(__clang__))
 #define ZPP_BUILT 1
 
 static zpp_hook_t zpp_hook = 0;

@@ -342,6 +342,8 @@ def child(request: dict) -> int:
     os.close(fd)
     faulthandler.enable()
     faulthandler.dump_traceback_later(DEADLINE, exit=True)
+    with open(request["events"], "a") as f:
+        f.write(json.dumps({"started": os.getpid()}) + "\n")
     program = request["program"]
     if program.get("queue_bytes"):
         _writing.QUEUE_MAX_BYTES = program["queue_bytes"]
