@@ -33,7 +33,9 @@ def walk(ops: list[dict], ns: str, chain: Chain, callers: dict, where: dict) -> 
             sub = f"{ns}t{op['id']}"
             walk(op["body"], sub, (*chain, (op["id"], False)), callers, where)
             for i, child in enumerate(op["children"]):
-                inside = (*chain, (op["id"], not op["join"]))
+                # A caller the block does not wait for may outlive every block around it too.
+                around = chain if op["join"] else tuple((t, True) for t, _ in chain)
+                inside = (*around, (op["id"], not op["join"]))
                 walk(child, f"{sub}c{i}", inside, callers, where)
         elif op["op"] == "gather":
             for i, each in enumerate(op["ops"]):
