@@ -138,7 +138,11 @@ class Runner:
     def close(self) -> None:
         if self.proc.stdin is not None:
             self.proc.stdin.close()
-        self.proc.wait(timeout=30)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 RUNNER: Runner | None = None
@@ -146,7 +150,7 @@ RUNNER: Runner | None = None
 
 def runner() -> Runner:
     global RUNNER
-    if RUNNER is None or RUNNER.proc.poll() is not None:
+    if RUNNER is None or RUNNER.proc.poll() is not None or not RUNNER.dir.exists():
         RUNNER = Runner()
     return RUNNER
 
@@ -386,8 +390,8 @@ def explore(examples: int) -> None:
         )
     finally:
         if RUNNER is not None:
+            RUNNER.close()
             shutil.rmtree(RUNNER.dir, ignore_errors=True)
-            RUNNER.dir.mkdir()
         first = PROGRESS["first_failure"]
         found = f"; first failure after {first[0]} programs, {first[1]:.1f} s" if first else ""
         print(f"explorer: {PROGRESS['programs']} programs, "
