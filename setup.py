@@ -12,7 +12,8 @@ Environment:
                              information, frame pointers (scripts/memcheck.sh --asan).
     ZARRDB_TEST_VFS=1        a test build: the power-loss simulator (_vfs_powerloss.h), which
                              the reliability tests use, is compiled in (scripts/dev.sh and
-                             scripts/memcheck.sh set it; no wheel has it).
+                             scripts/memcheck.sh set it; no wheel has it), and so are the
+                             named pause points of the schedule explorer (_pause_points.h).
 Otherwise (a release build, e.g. every wheel) the extension is optimised and carries no debug
 information: it is compiled without, and on Linux linked with the debug sections stripped;
 function names stay, for readable crash stacks.
@@ -133,6 +134,8 @@ extension = Extension(
         "src/zarrdb/_remote_vfs.h",
         "src/zarrdb/_vfs_powerloss.pxi",
         "src/zarrdb/_vfs_powerloss.h",
+        "src/zarrdb/_pause_points.pxi",
+        "src/zarrdb/_pause_points.h",
     ]
     + ([] if SYSTEM_SQLITE else ["vendor/sqlite3/sqlite3.c", "vendor/sqlite3/sqlite3.h"]),
 )

@@ -26,7 +26,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# A test build: the power-loss simulator compiled in (setup.py), and the tests expect it.
+# A test build: the power-loss simulator and the pause points compiled in (setup.py), and the
+# tests expect them.
 export ZARRDB_TEST_VFS=1
 
 PY=$(scripts/find_python.sh)

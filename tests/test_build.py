@@ -154,6 +154,50 @@ def test_a_wheel_has_no_power_loss_simulator():
     assert b"zplWrite" not in binary and b"zpl_power_off" not in binary
 
 
+@pytest.mark.skipif(
+    os.environ.get("ZARRDB_TEST_VFS") != "1",
+    reason="ZARRDB_TEST_VFS=1 marks a test build (scripts/dev.sh, scripts/memcheck.sh)",
+)
+def test_a_test_build_has_the_pause_points(tmp_path):
+    # Otherwise the schedule explorer would skip where it is meant to run. Armed, the points
+    # of the Python layer and of the engine (its writer thread's too) call the hook.
+    from zarr.core.buffer import cpu
+
+    from zarrdb import SQLiteStore, _pause
+
+    assert _core._PAUSE_POINTS
+    seen = []
+    _pause.arm(seen.append)
+    try:
+        with SQLiteStore(tmp_path / "p.zarrdb") as store:
+            store.set_sync("k", cpu.Buffer.from_bytes(b"v"))
+    finally:
+        _pause.disarm()
+    assert {"submit.queued", "writer.take", "writer.commit", "writer.committed"} <= set(seen)
+    assert {"close", "connections.close", "writer.close"} <= set(seen)
+    count = len(seen)
+    with SQLiteStore(tmp_path / "q.zarrdb") as store:
+        store.set_sync("k", cpu.Buffer.from_bytes(b"v"))
+    assert len(seen) == count  # disarmed: nothing calls the hook
+
+
+@pytest.mark.skipif(
+    os.environ.get("ZARRDB_TEST_INSTALLED") != "1" or os.environ.get("ZARRDB_TEST_VFS") == "1",
+    reason="ZARRDB_TEST_INSTALLED=1 (without ZARRDB_TEST_VFS=1) marks a run against a wheel",
+)
+def test_a_wheel_has_no_pause_points():
+    from zarrdb import _pause
+
+    assert _core._PAUSE_POINTS is False
+    with pytest.raises(NotImplementedError, match="ZARRDB_TEST_VFS=1"):
+        _pause.arm(print)
+    assert _pause._hook is None
+    # No point of the engine is compiled in: none of their names is in the extension.
+    binary = Path(_core.__file__).read_bytes()
+    for name in (b"writer.commit", b"submit.queued", b"txn.begin", b"writer.close"):
+        assert name not in binary
+
+
 def test_python_stdlib_sqlite3_is_a_separate_library():
     # Both SQLite libraries load side by side and keep their own versions.
     import sqlite3

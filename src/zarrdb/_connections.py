@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from zarrdb import _format, _open_files, _opening, errors
+from zarrdb import _format, _open_files, _opening, _pause, errors
 from zarrdb import remote as _remote
 from zarrdb._core import Database
 from zarrdb._readers import ReaderPool
@@ -181,7 +181,9 @@ class Connections:
 
     def close(self) -> None:
         """Close every connection of this process; a writer commits what is queued and leaves
-        the file in DELETE mode. Idempotent; in a forked child it touches nothing."""
+        the file in DELETE mode. Idempotent; in a forked child it touches nothing. (Also the
+        exit hook: a weakref.finalize of the session.)"""
+        _pause.point("connections.close")
         if self.pid != os.getpid() or self.closed:
             return
         self.closed = True

@@ -1767,6 +1767,7 @@ cdef class Database:
             self._leave()
 
 
+include "_pause_points.pxi"
 include "_writer.pxi"
 include "_remote_vfs.pxi"
 include "_vfs_powerloss.pxi"

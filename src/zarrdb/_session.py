@@ -28,7 +28,7 @@ import warnings
 import weakref
 from typing import Any
 
-from zarrdb import errors
+from zarrdb import _pause, errors
 from zarrdb import remote as _remote
 from zarrdb._connections import Connections
 from zarrdb._transactions import _INSIDE, check_inside
@@ -48,6 +48,7 @@ def _forked() -> None:
     for session in list(_sessions):
         session._lock = threading.Lock()
         session._pool = None  # its threads stayed in the parent
+    _pause.point("fork.child")
 
 
 def _close_all_at_exit() -> None:
@@ -191,6 +192,7 @@ class Session:
         # each other's locks: a transaction open on one, its block's writes queued on the
         # other.)
         # (A remote store's read threads are stopped after: one may be waiting for the lock.)
+        _pause.point("close")
         pool = None
         try:
             with self._lock:
@@ -208,3 +210,4 @@ class Session:
         finally:
             if pool is not None:
                 pool.close()
+            _pause.point("close.done")

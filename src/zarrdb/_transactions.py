@@ -27,7 +27,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from zarrdb import errors
+from zarrdb import _pause, errors
 from zarrdb._core import Level, _exit_transaction
 
 if TYPE_CHECKING:
@@ -121,6 +121,7 @@ class Transaction(Generic[S]):
         # is listed until __enter__ returns, any of them rolls back what was opened. (A
         # `return` runs no handler, and the with statement protects the block from there.)
         level = self._level()
+        _pause.point("txn.enter")
         try:
             self.levels.append(level)
             level.writer.open_level(level, _parent(level))
@@ -139,6 +140,7 @@ class Transaction(Generic[S]):
         # or for another process's lock must not stop the event loop, which may be running
         # this transaction's own work. The context's mark is set here, in the coroutine.
         level = self._level()
+        _pause.point("txn.enter")
         self.levels.append(level)
         opening = asyncio.ensure_future(
             asyncio.to_thread(level.writer.open_level, level, _parent(level))
@@ -156,6 +158,7 @@ class Transaction(Generic[S]):
         return self.store
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        _pause.point("txn.exit")
         level = self.levels.pop()
         _unmark(level)
         if level.is_open or level.undone:

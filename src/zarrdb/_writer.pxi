@@ -514,6 +514,7 @@ cdef void _writer_main(void* arg) noexcept nogil:
         started = zt_monotonic_us()
         w.busy = 1
         zt_mutex_unlock(&w.mu)
+        zpp_point("writer.take")
 
         bad_sub = bad_op = -1
         applied = 0
@@ -543,7 +544,9 @@ cdef void _writer_main(void* arg) noexcept nogil:
             if taken <= 0:
                 break
             w.n_lingered += 1
+        zpp_point("writer.commit")
         rc = _end(w, w.batch, w.batch_n, joined, rc, bad_sub, bad_op)
+        zpp_point("writer.committed")
         if rc != SQLITE_OK:
             _retry_alone(w, w.batch, w.batch_n, joined, rc)
         _release_spill(w)
@@ -937,7 +940,9 @@ cdef class Writer:
                 port.pending -= 1
             if stopped:
                 raise _errors.ClosedError(f"the writer of {self.path!r} is closed")
+            zpp_point("submit.full")
             return False
+        zpp_point("submit.queued")
         if s.txn != 0:
             # Nobody waits for it (its error is the transaction's): kept until the writer is
             # done with it, and let go by the next submission or the transaction's end.
@@ -971,6 +976,7 @@ cdef class Writer:
         """Everything queued so far is all the caller has for now: commit it without waiting
         for more (event loops call this once per turn in which they queued writes)."""
         cdef WState* w = self.w
+        zpp_point("flush")
         with nogil:
             zt_mutex_lock(&w.mu)
             if w.flush_seq < w.next_seq:
@@ -1198,6 +1204,7 @@ cdef class Writer:
         cdef WState* w = self.w
         if self._closed:
             return
+        zpp_point("writer.close")
         self._closed = True
         if not self.started or self.pid != _current_pid:
             return  # never started, or the thread lives in the parent process

@@ -85,6 +85,7 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
         _next_token += 1
         token = _next_token
         self._hold(True, token)
+    zpp_point("txn.begin")
     try:
         if nested:
             if (parent.state != LEVEL_OPEN or not (w.txn_open and w.txn == token)
@@ -190,6 +191,7 @@ cdef int _end_level(Writer self, Level level, bint ok) except -1:
         # writer puts nothing else on the connection, which is still inside it until close()
         # rolls it back.
         self._hold(True, -1 if outermost else 0)
+        zpp_point("txn.end")
     except BaseException:
         level.state = LEVEL_OVER
         raise

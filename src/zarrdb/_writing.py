@@ -31,7 +31,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from zarrdb import _format
+from zarrdb import _format, _pause
 from zarrdb._core import Database, Port, Writer
 from zarrdb._log import WriterEvents
 
@@ -222,6 +222,7 @@ class Writing:
         """Commit everything queued and stop the writer (the Database is then Python's);
         settle what the ports still hold. (A burst of another thread's event loop that is
         not queued yet fails with ClosedError when that loop queues it.)"""
+        _pause.point("writing.close")
         self.queue_bursts_here()
         self.writer.close()
         self.events.report()
@@ -286,6 +287,7 @@ class _LoopWatch:
         burst, self.burst = self.burst, None
         if burst is None:
             return
+        _pause.point("burst.queue")
         entry = self._prepare(burst)
         if entry is not None:
             self._queue(*entry)
@@ -338,6 +340,7 @@ class _LoopWatch:
                 if isinstance(exc, Exception):
                     return
                 raise
+        _pause.point("burst.backlog")
         self.backlog.append((sub, future))
         task = self.backlog_task
         if task is None or task.done():
@@ -372,6 +375,7 @@ class _LoopWatch:
         loop = asyncio.get_running_loop()
         while self.backlog:
             sub, _ = self.backlog[0]
+            _pause.point("backlog.wait")
             try:
                 await asyncio.to_thread(self.writer.wait_for_room, sub.nbytes)
             except BaseException as exc:  # the waiters get it, whatever it is
@@ -511,6 +515,7 @@ def _settle(subs: list[Any]) -> None:
     """Settle the futures of finished submissions, on their loop's thread; one caller's failure
     to take its result (a cancelled task, a closed loop) never strands another. A burst's
     futures (a list) each get the error of their own write, if the burst failed."""
+    _pause.point("settle")
     for sub in subs:
         future = sub.future
         if future is None:

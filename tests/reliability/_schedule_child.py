@@ -1,0 +1,375 @@
+"""The schedule explorer's runner (test_schedule_explorer.py): a server that imports zarrdb once
+and forks one child per program, so that each program runs in a fresh process that ends as a
+program does (exit handlers, interpreter finalization) in milliseconds rather than seconds.
+
+    python _schedule_child.py            (one JSON line per program on stdin)
+
+For each line {"program": ..., "path": ..., "events": ..., "stderr": ...} the child runs the
+program's callers on one store (threads, and tasks on one event loop thread), with the pause
+points armed: the k-th arrival at a gate's point waits until the other point has been reached
+(or GATE_WAIT passes: a schedule that cannot happen is no failure), and a signal point sends
+SIGINT to the main thread. Every operation's outcome is appended to the events file as it ends
+(one JSON line), so an interrupted or hung child still reports what was acknowledged. A child
+that outlives DEADLINE dumps every thread's stack (faulthandler) and ends. The server answers
+one JSON line per program: the child's exit status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import faulthandler
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+
+import numpy as np
+from zarr.core.buffer import cpu
+
+from zarrdb import SQLiteStore, _pause, _writing
+
+DEADLINE = 6.0  # seconds for a whole program, exit included: a hang fails in seconds
+GATE_WAIT = 0.25  # seconds a gate holds a thread at most
+FORK_WAIT = 4.0  # seconds a forked child has for its write (a lock held meanwhile included)
+SIZES = {"small": 100, "large": 96 * 1024}
+
+
+class Boom(Exception):
+    """The error a program raises to end a transaction's level with a rollback."""
+
+
+def value(op_id: int, size: str, bad: bool = False) -> cpu.Buffer:
+    """The value an operation writes: its id first (the checker reads it back), then filler;
+    `bad`: the same bytes as a non-contiguous view, which a write must refuse."""
+    data = op_id.to_bytes(8, "little") + bytes(SIZES[size] - 8)
+    if bad:
+        return cpu.Buffer(np.frombuffer(data * 2, dtype="u1")[::2])
+    return cpu.Buffer.from_bytes(data)
+
+
+class Scheduler:
+    """What the armed pause points do."""
+
+    def __init__(self, gates: list[list], signal_at: list | None) -> None:
+        self.pid = os.getpid()
+        self.cond = threading.Condition()
+        self.counts: dict[str, int] = {}
+        self.gates = {(at, k): until for at, k, until in gates}
+        self.signal_at = tuple(signal_at) if signal_at else None
+        self.main = threading.main_thread().ident
+
+    def __call__(self, name: str) -> None:
+        if os.getpid() != self.pid:  # a forked child: its locks may be held by no thread
+            return
+        with self.cond:
+            n = self.counts[name] = self.counts.get(name, 0) + 1
+            self.cond.notify_all()
+            until = self.gates.get((name, n))
+        if self.signal_at == (name, n):
+            signal.pthread_kill(self.main, signal.SIGINT)
+        if until is not None:
+            self.wait_for(until)
+
+    def wait_for(self, name: str) -> None:
+        with self.cond:
+            self.cond.wait_for(lambda: self.counts.get(name, 0) > 0, GATE_WAIT)
+
+
+class Run:
+    """One program in this process."""
+
+    def __init__(self, program: dict, path: str, events: str) -> None:
+        self.program = program
+        self.path = path
+        self.events = open(events, "a", buffering=1)  # noqa: SIM115 - ends with the process
+        self.events_lock = threading.Lock()
+        # No syncs: what is explored is the order of things, not what a disk keeps.
+        self.store = SQLiteStore(path, busy_timeout=DEADLINE, durability="off")
+        self.sched = Scheduler(program["gates"], program.get("signal"))
+        self.started: list[threading.Thread] = []
+
+    def record(self, **event: object) -> None:
+        with self.events_lock:
+            self.events.write(json.dumps(event) + "\n")
+
+    # --- one operation, from a thread or from the loop's thread ---------------------------
+
+    def op_sync(self, op: dict, ns: str) -> None:
+        kind = op["op"]
+        t0 = time.monotonic()
+        try:
+            if kind in ("set", "set_sync", "fire"):
+                self.store.set_sync(f"{ns}/{op['key']}", value(op["id"], op["size"], op["bad"]))
+            elif kind == "delete":
+                self.store.delete_sync(f"{ns}/{op['key']}")
+            elif kind == "close":
+                self.store.close()
+            elif kind == "fork":
+                self.fork(op, ns)
+            elif kind == "wait":
+                self.sched.wait_for(op["until"])
+        except Exception as exc:
+            self.record(id=op["id"], s="err", e=type(exc).__name__, m=str(exc)[:200],
+                        t0=t0, t1=time.monotonic(), th=threading.get_ident())  # fmt: skip
+            raise
+        self.record(id=op["id"], s="ok", t0=t0, t1=time.monotonic(), th=threading.get_ident())
+
+    def fork(self, op: dict, ns: str) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # forking with threads is the point
+            pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                self.store.set_sync(f"{ns}/{op['key']}", value(op["id"], "small"))
+                code = 0
+                self.store.close()  # a child leaves the file whole too, then ends at once
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + FORK_WAIT
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                if os.waitstatus_to_exitcode(status) != 0:
+                    raise ForkedWriteFailed()
+                return
+            time.sleep(0.01)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        self.record(id=op["id"], s="hang", t0=0, t1=0)
+        raise ForkedChildHung()
+
+    # --- callers on threads ----------------------------------------------------------------
+
+    def run_sync(self, ops: list[dict], ns: str, in_txn: bool) -> None:
+        for index, op in enumerate(ops):
+            self.sched(f"{ns}.{index}")
+            try:
+                self.one_sync(op, ns)
+            except Exception:
+                if in_txn:
+                    raise  # ends the level with the error, as user code would
+                if isinstance(op, dict) and op["op"] == "txn":
+                    continue
+
+    def one_sync(self, op: dict, ns: str) -> None:
+        kind = op["op"]
+        if kind == "gather":
+            self.threads([[each] for each in op["ops"]], f"{ns}g{op['id']}", join=True)
+        elif kind == "txn":
+            t0 = time.monotonic()
+            try:
+                with self.store.transaction():
+                    children = self.threads(op["children"], f"{ns}t{op['id']}", join=False)
+                    try:
+                        self.run_sync(op["body"], f"{ns}t{op['id']}", True)
+                    finally:
+                        if op["join"]:
+                            for thread in children:
+                                thread.join()
+                        else:  # they outlive the block; the program waits for them at its end
+                            self.started.extend(children)
+                    if not op["ok"]:
+                        raise Boom()
+            except Exception as exc:
+                self.record(id=op["id"], s="err", e=type(exc).__name__, t0=t0,
+                            t1=time.monotonic())  # fmt: skip
+                raise
+            self.record(id=op["id"], s="ok", t0=t0, t1=time.monotonic())
+        else:
+            self.op_sync(op, ns)
+
+    def threads(self, lists: list[list[dict]], ns: str, join: bool) -> list[threading.Thread]:
+        """Each list of operations in a thread of its own, started in the caller's context."""
+        started = []
+        for index, ops in enumerate(lists):
+            ctx = contextvars.copy_context()
+            thread = threading.Thread(
+                target=ctx.run, args=(self.run_sync, ops, f"{ns}c{index}", False), daemon=True
+            )
+            thread.start()
+            started.append(thread)
+        if join:
+            for thread in started:
+                thread.join()
+        return started
+
+    # --- callers as tasks on the event loop --------------------------------------------------
+
+    async def run_async(self, ops: list[dict], ns: str, in_txn: bool) -> None:
+        fired: list[asyncio.Future] = []
+        try:
+            for index, op in enumerate(ops):
+                self.sched(f"{ns}.{index}")
+                try:
+                    if op["op"] == "fire":  # started now, awaited at the end of the list
+                        fired.append(asyncio.ensure_future(self.one_async(op, ns)))
+                        await asyncio.sleep(0)
+                    else:
+                        await self.one_async(op, ns)
+                except Exception:
+                    if in_txn:
+                        raise
+        finally:
+            await asyncio.gather(*fired, return_exceptions=True)
+
+    async def one_async(self, op: dict, ns: str) -> None:
+        kind = op["op"]
+        if kind in ("set", "fire", "delete"):
+            key = f"{ns}/{op['key']}"
+            t0 = time.monotonic()
+            try:
+                if kind == "delete":
+                    await self.store.delete(key)
+                else:
+                    await self.store.set(key, value(op["id"], op["size"], op["bad"]))
+            except Exception as exc:
+                self.record(id=op["id"], s="err", e=type(exc).__name__, m=str(exc)[:200],
+                            t0=t0, t1=time.monotonic(), th=threading.get_ident())  # fmt: skip
+                raise
+            self.record(id=op["id"], s="ok", t0=t0, t1=time.monotonic(),
+                        th=threading.get_ident())  # fmt: skip
+        elif kind == "gather":
+            sub = f"{ns}g{op['id']}"
+            await asyncio.gather(
+                *(self.run_async([each], f"{sub}c{i}", False) for i, each in enumerate(op["ops"])),
+                return_exceptions=True,
+            )
+        elif kind == "wait":
+            await asyncio.to_thread(self.op_sync, op, ns)
+        elif kind == "txn":
+            sub = f"{ns}t{op['id']}"
+            t0 = time.monotonic()
+            try:
+                async with self.store.transaction():
+                    children = [
+                        asyncio.ensure_future(self.run_async(each, f"{sub}c{i}", False))
+                        for i, each in enumerate(op["children"])
+                    ]
+                    self.pending.extend(children)
+                    try:
+                        await self.run_async(op["body"], sub, True)
+                    finally:
+                        if op["join"]:
+                            await asyncio.gather(*children, return_exceptions=True)
+                    if not op["ok"]:
+                        raise Boom()
+            except Exception as exc:
+                self.record(id=op["id"], s="err", e=type(exc).__name__, t0=t0,
+                            t1=time.monotonic())  # fmt: skip
+                raise
+            self.record(id=op["id"], s="ok", t0=t0, t1=time.monotonic())
+        else:  # set_sync, close, fork: on the loop's own thread, as a program may do
+            self.op_sync(op, ns)
+
+    async def tasks(self, callers: list[tuple[list[dict], str]]) -> None:
+        self.pending: list[asyncio.Future] = []
+        await asyncio.gather(
+            *(self.run_async(ops, ns, False) for ops, ns in callers), return_exceptions=True
+        )
+        await asyncio.gather(*self.pending, return_exceptions=True)
+
+    # --- the program --------------------------------------------------------------------
+
+    def threads_of_program(self) -> list[threading.Thread]:
+        """A thread per caller that is a thread, and one running the event loop of the tasks."""
+        actors = self.program["actors"]
+        threads = []
+        on_loop = [(a["ops"], f"a{i}") for i, a in enumerate(actors) if a["kind"] == "task"]
+        if on_loop:
+            threads.append(
+                threading.Thread(target=asyncio.run, args=(self.tasks(on_loop),), daemon=True)
+            )
+        for i, actor in enumerate(actors):
+            if actor["kind"] == "thread":
+                threads.append(
+                    threading.Thread(
+                        target=self.run_sync, args=(actor["ops"], f"a{i}", False), daemon=True
+                    )
+                )
+        return threads
+
+    def main(self) -> int:
+        self.store.ensure_open()
+        holder = timer = None
+        if self.program.get("lock_ms"):
+            # Another process holds the file's write lock for a while (the helper module is
+            # imported by its file's directory: the tests are not a package here).
+            here = os.path.dirname(os.path.abspath(__file__))
+            sys.path.insert(0, os.path.join(here, "..", "store"))
+            from _lock_holder import LockHolder
+
+            holder = LockHolder(self.path, timeout=DEADLINE)
+            timer = threading.Timer(self.program["lock_ms"] / 1000, holder.let_go)
+            timer.daemon = True
+            timer.start()
+        _pause.arm(self.sched)
+        try:  # SIGINT may come at any point from here on
+            for thread in self.threads_of_program():
+                thread.start()
+                self.started.append(thread)
+            for thread in self.started:  # (the list grows by the callers started late)
+                while thread.is_alive():
+                    thread.join(0.05)
+        except KeyboardInterrupt:
+            self.sched.signal_at = None
+            self.record(interrupted=True)
+            return 130  # the program ends here: exit handlers run while the threads go on
+        self.sched.signal_at = None  # the program is over: a SIGINT now would be the runner's
+        if holder is not None and timer is not None:
+            timer.join()  # it lets go of the lock
+            holder.proc.wait(DEADLINE)
+        return 0
+
+
+class ForkedWriteFailed(Exception):
+    pass
+
+
+class ForkedChildHung(Exception):
+    pass
+
+
+def child(request: dict) -> int:
+    fd = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 2)
+    os.dup2(fd, 1)  # stdout is the server's answer line
+    os.close(fd)
+    faulthandler.enable()
+    faulthandler.dump_traceback_later(DEADLINE, exit=True)
+    with open(request["events"], "a") as f:
+        f.write(json.dumps({"started": os.getpid()}) + "\n")
+    program = request["program"]
+    if program.get("queue_bytes"):
+        _writing.QUEUE_MAX_BYTES = program["queue_bytes"]
+    return Run(program, request["path"], request["events"]).main()
+
+
+def serve() -> None:
+    for line in sys.stdin:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            # Ends as a program does: SystemExit unwinds to the interpreter, which runs the
+            # exit handlers (the stores' exit hook among them) and finalizes.
+            raise SystemExit(child(request))
+        deadline = time.monotonic() + DEADLINE + 3
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:  # faulthandler could not end it
+                os.kill(pid, signal.SIGKILL)
+                _, status = os.waitpid(pid, 0)
+                break
+            time.sleep(0.005)
+        print(json.dumps({"exit": os.waitstatus_to_exitcode(status)}), flush=True)
+
+
+if __name__ == "__main__":
+    serve()

@@ -1,0 +1,142 @@
+"""The schedule explorer's oracle (test_schedule_explorer.py): what a program's run must show,
+from the program, the child's exit status, the outcomes it recorded and the file it left."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from .helpers import header_journal_mode, sidecars
+
+
+def stored(path: Path) -> dict[str, int]:
+    """key -> id of the operation whose value it holds (read with the standard library)."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return {k: int.from_bytes(bytes(v[:8]), "little") for k, v in con.execute(
+            "SELECT k, v FROM zarr")}  # fmt: skip
+    finally:
+        con.close()
+
+
+Chain = tuple[tuple[int, bool], ...]
+
+
+def walk(ops: list[dict], ns: str, chain: Chain, callers: dict, where: dict) -> None:
+    """Every caller's list of operations (namespace -> ops) as the child names them, and for
+    each operation its caller and the transactions around it: (id, whether the operation may
+    outlive it: a caller started in its block that the block does not wait for)."""
+    callers.setdefault(ns, [])
+    for op in ops:
+        where[op["id"]] = (ns, chain, op)
+        if op["op"] == "txn":
+            sub = f"{ns}t{op['id']}"
+            walk(op["body"], sub, (*chain, (op["id"], False)), callers, where)
+            for i, child in enumerate(op["children"]):
+                # A caller the block does not wait for may outlive every block around it too.
+                around = chain if op["join"] else tuple((t, True) for t, _ in chain)
+                inside = (*around, (op["id"], not op["join"]))
+                walk(child, f"{sub}c{i}", inside, callers, where)
+        elif op["op"] == "gather":
+            for i, each in enumerate(op["ops"]):
+                walk([each], f"{ns}g{op['id']}c{i}", chain, callers, where)
+        callers[ns].append(op)
+
+
+def check(program: dict, code: int, events: list[dict], stderr: str, path: Path) -> None:
+    tail = "\n".join(stderr.splitlines()[-60:])
+    if "Timeout (" in stderr or code == -9:
+        raise AssertionError(f"hang: an operation did not finish in time\n{tail}")
+    if code not in (0, 130):
+        last = events[-3:]
+        raise AssertionError(f"the program ended with status {code}; last events {last}\n{tail}")
+    interrupted = any(e.get("interrupted") for e in events)
+    recs = {e["id"]: e for e in events if "id" in e}
+    hung = [i for i, e in recs.items() if e["s"] == "hang"]
+    assert not hung, f"hang: the child forked by operation {hung[0]} did not finish its write"
+    left = sidecars(path)
+    mode = header_journal_mode(path)
+    assert not left and mode == "delete", f"after exit: sidecars {left}, journal mode {mode}"
+
+    callers: dict[str, list[dict]] = {}
+    where: dict[int, tuple] = {}
+    for i, actor in enumerate(program["actors"]):
+        walk(actor["ops"], f"a{i}", (), callers, where)
+    txns = [op for _, _, op in where.values() if op["op"] == "txn"]
+    closes = [recs.get(op["id"]) for _, _, op in where.values() if op["op"] == "close"]
+
+    def failed_txn_overlaps(rec: dict) -> bool:
+        for txn in txns:
+            t = recs.get(txn["id"])
+            if t is None or (t["s"] != "ok" and t["t0"] <= rec["t1"] and rec["t0"] <= t["t1"]):
+                return True
+        return False
+
+    def effect(op: dict, chain: Chain) -> str:
+        """'yes', 'no' or 'maybe': whether the operation's value must be stored."""
+        rec = recs.get(op["id"])
+        if rec is None:
+            return "maybe"
+        if rec["s"] != "ok":
+            return "no"
+        if op["op"] == "fork" and any(not may_outlive for _, may_outlive in chain):
+            raise AssertionError(
+                f"operation {op['id']}: a forked child wrote inside its parent's transaction "
+                f"{chain[-1][0]} (it must fail with ClosedError)"
+            )
+        if op.get("bad"):
+            raise AssertionError(f"operation {op['id']}: a non-contiguous value was accepted")
+        unsure = False
+        applies = False
+        for txn, may_outlive in chain:
+            o = recs.get(txn)
+            if o is not None and may_outlive and rec["t0"] > o["t1"]:
+                continue  # written after the block ended: not the transaction's
+            if o is None or (may_outlive and rec["t1"] > o["t1"]):
+                unsure = True  # the transaction's outcome, or whether it was in it, unknown
+            elif o["s"] != "ok":
+                return "no"  # a level it is in was rolled back
+            applies = True
+        if unsure:
+            return "maybe"
+        return "maybe" if not applies and failed_txn_overlaps(rec) else "yes"
+
+    for i, rec in recs.items():
+        ns, chain, op = where[i]
+        if rec["s"] != "err" or op["op"] not in ("set", "set_sync", "fire") or op["bad"]:
+            continue
+        if rec["e"] != "ClosedError":
+            assert chain and rec["e"] == "MisuseError", (
+                f"operation {i} ({op['op']} of a good value by {ns}) failed with "
+                f"{rec['e']}: {rec.get('m')}"
+            )
+            continue
+        before = [c for c in closes if c is None or c["t0"] <= rec["t1"]]
+        if before and not interrupted and all(
+            c is not None and c["th"] == rec["th"] and c["t0"] > rec["t0"] for c in before
+        ):
+            raise AssertionError(
+                f"operation {i} ({op['op']} by {ns}) failed with ClosedError from a close() "
+                "its own thread started after it"
+            )
+
+    found = stored(path)
+    for ns, ops in callers.items():
+        keys: dict[str, set[int | None]] = {}
+        for op in ops:
+            if op["op"] not in ("set", "set_sync", "fire", "delete", "fork"):
+                continue
+            key = f"{ns}/{op['key']}"
+            now = effect(op, where[op["id"]][1])
+            new = None if op["op"] == "delete" else op["id"]
+            acceptable = keys.setdefault(key, {None})
+            if now == "yes":
+                keys[key] = {new}
+            elif now == "maybe":
+                acceptable.add(new)
+        for key, acceptable in keys.items():
+            got = found.get(key)
+            assert got in acceptable, (
+                f"{key} holds the value of operation {got}; its caller's operations allow only "
+                f"{sorted(acceptable, key=str)} (None: absent)"
+            )
