@@ -334,6 +334,9 @@ class Writer:
     @property
     def transaction(self) -> int:
         """The token of the open explicit transaction (0: none)."""
+    @property
+    def innermost_level(self) -> Level | None:
+        """The innermost open level of the explicit transaction (None: none is open)."""
 
     def begin(self, inside: int, levels: list[int]) -> int:
         """Open a level of explicit transaction (on top of the innermost open level if

@@ -43,7 +43,8 @@ _INSIDE: ContextVar[tuple[Level, ...]] = ContextVar("zarrdb_transactions", defau
 def check_inside(owner: object) -> None:
     """Raise if the calling code is inside a level of `owner`'s transactions that can no longer
     be written: ClosedError if the open file it belongs to was closed (or is the parent
-    process's), NestingError if the level around it ended first and rolled it back."""
+    process's), NestingError if the level around it ended first and rolled it back, or if
+    another level is open inside it (a write from its code would be undone with that level)."""
     inside = _INSIDE.get()
     if not inside:
         return
@@ -56,6 +57,16 @@ def check_inside(owner: object) -> None:
                     f"the transaction on {level.writer.path!r} this code writes in is over: the "
                     "store was closed (or the transaction is another process's) before its "
                     "block ended, and nothing of it was written"
+                )
+            innermost = level.writer.innermost_level
+            if innermost is not None and innermost is not level:
+                # Its write would be written inside the savepoint of a level that another
+                # task or thread opened within this one, and undone with that level.
+                raise errors.NestingError(
+                    f"a level of the transaction on {level.writer.path!r} is open inside the one "
+                    "this code writes in (entered by a task or thread started in it): a write "
+                    "from the level around it would go with that level's rollback. Levels nest "
+                    "one at a time: end the inner level first"
                 )
             return
         if level.undone:

@@ -1095,6 +1095,14 @@ cdef class Writer:
         """The token of the open explicit transaction (0: none)."""
         return self.w.txn if self.w.txn_open else 0
 
+    @property
+    def innermost_level(self):
+        """The innermost open level of the explicit transaction (None: none is open). Read
+        without holding the connection: a level opened or ended meanwhile is the caller's to
+        expect."""
+        stack = self._stack
+        return stack[len(stack) - 1] if stack else None
+
     def begin(self, int64_t inside, list levels):
         """Open a level of explicit transaction and return the transaction's token: a savepoint
         on top of the innermost open level if `inside` is the open transaction's token (the

@@ -72,6 +72,7 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
     cdef int began = 0
     cdef int depth = 1
     cdef bint nested = parent is not None
+    cdef bint pending
     if level.writer is not self or level.state != LEVEL_NEW:
         raise _errors.MisuseError("a transaction level is opened once, on its own writer",
                                   code=SQLITE_MISUSE)
@@ -80,7 +81,18 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
             raise _errors.MisuseError("a level nests in a level of the same writer",
                                       code=SQLITE_MISUSE)
         token = parent.token
-        self._hold(True, 0)
+        # Held once nothing is queued: a write queued while this waited for the connection
+        # (from the code of the level around, which may write until the new level is listed)
+        # would otherwise be written after the savepoint, and go with the new level's rollback.
+        while True:
+            self._hold(True, 0)
+            with nogil:
+                zt_mutex_lock(&w.mu)
+                pending = w.head != NULL
+                zt_mutex_unlock(&w.mu)
+            if not pending:
+                break
+            self._release()
     else:
         _next_token += 1
         token = _next_token
@@ -101,14 +113,20 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
                     "inside the other, one at a time"
                 )
             depth = parent.depth + 1
+            # Listed first: from here a write from the code of the level around is refused
+            # (_transactions.check_inside) instead of being queued into the new savepoint.
+            level.token = token
+            level.depth = depth
+            self._stack.append(level)
+            level.state = LEVEL_OPEN
             _level_sql(self, "SAVEPOINT", depth)
             began = 2
         else:
             began = self.db._begin_if_needed(S_BEGIN_WRITE)
-        level.token = token
-        level.depth = depth
-        self._stack.append(level)
-        level.state = LEVEL_OPEN
+            level.token = token
+            level.depth = depth
+            self._stack.append(level)
+            level.state = LEVEL_OPEN
         with nogil:
             zt_mutex_lock(&w.mu)
             w.txn_depth += 1

@@ -5,8 +5,8 @@ SQLite's savepoints are one stack per connection, and every write through the st
 part of its one history. The rule: levels of one transaction nest one inside the other, one
 open at each depth; a level entered beside an open one (a sibling task or thread), or a level
 that ends while a level inside it is still open, raises NestingError, and in the second case
-that level is rolled back with what is inside it. While a level is open, every write through
-the store is part of it.
+that level is rolled back with what is inside it. While a level is open, a write from code in
+no level is part of it, and one from the code of a level around it raises NestingError.
 
 Each case is made deterministic with events between tasks or threads; every wait has a
 deadline, so a hang fails in seconds.
@@ -190,28 +190,30 @@ def test_three_levels_each_rolls_back_only_itself(tmp_path: Path) -> None:
     assert committed(path) == {"l1", "l2", "l3-again"}
 
 
-def test_a_write_from_outside_an_open_level_is_part_of_it(tmp_path: Path) -> None:
-    """The store object is the session: while a level is open, a write through the store from
-    code outside it (here the block around it, in another thread) is part of it, and goes with
-    its rollback."""
-    path = tmp_path / "outside.zarrdb"
+def test_a_write_from_the_level_around_an_open_level_is_refused(tmp_path: Path) -> None:
+    """While a level entered by a thread started in the block is open, a write from the block's
+    own code would be written inside that level's savepoint and undone with its rollback, though
+    its caller is outside it: it raises NestingError and is not written; once the inner level
+    has ended, the block writes again."""
+    path = tmp_path / "around.zarrdb"
     store = SQLiteStore(path)
     outcome: dict[str, object] = {}
-    inside, written = threading.Event(), threading.Event()
+    inside, tried = threading.Event(), threading.Event()
 
     def level() -> None:
         with store.transaction():
             store.set_sync("level", buf(b"l"))
             inside.set()
-            wait(written)
+            wait(tried)
             raise Boom
 
     try:
         with store.transaction():
             thread = in_context(level, outcome, "level")
             wait(inside)
-            store.set_sync("outer/while-the-level-is-open", buf(b"o"))
-            written.set()
+            with pytest.raises(errors.NestingError):
+                store.set_sync("outer/while-the-level-is-open", buf(b"o"))
+            tried.set()
             thread.join(DEADLINE)
             assert not thread.is_alive()
             store.set_sync("outer/after", buf(b"a"))
@@ -219,6 +221,32 @@ def test_a_write_from_outside_an_open_level_is_part_of_it(tmp_path: Path) -> Non
         store.close()
     assert isinstance(outcome["level"], Boom)
     assert committed(path) == {"outer/after"}
+
+
+def test_a_write_from_code_in_no_level_is_part_of_the_open_level(tmp_path: Path) -> None:
+    """The store object is the session: a write from code that is in no level (a thread not
+    started with the block's context, as zarr's own event-loop thread and codec workers) is part
+    of the innermost open level, and goes with its rollback."""
+    path = tmp_path / "outside.zarrdb"
+    store = SQLiteStore(path)
+    outcome: dict[str, object] = {}
+
+    def plain() -> None:
+        store.set_sync("plain/while-the-level-is-open", buf(b"p"))
+        outcome["plain"] = "done"
+
+    try:
+        with store.transaction():
+            store.set_sync("outer", buf(b"o"))
+            with pytest.raises(Boom), store.transaction():
+                thread = threading.Thread(target=plain, daemon=True)  # a context of its own
+                thread.start()
+                thread.join(DEADLINE)
+                assert outcome == {"plain": "done"}
+                raise Boom
+    finally:
+        store.close()
+    assert committed(path) == {"outer"}
 
 
 def test_a_transaction_from_outside_waits_for_the_whole_transaction(tmp_path: Path) -> None:
