@@ -424,3 +424,7 @@ class RemoteDatabase(Database):
         """As Database.get; the value's length is looked up first and fetched at once."""
     def get_range(self, key: str, start: int, length: int | None) -> bytes | None:
         """As Database.get_range; the range's length is the first miss's span."""
+
+def _pause_install(point: Callable[[str], None] | None) -> bool:
+    """Tests only: make the engine's pause points call `point(name)` (None: nothing); False
+    where the points are not built."""
