@@ -8,7 +8,7 @@ character in what it prints; within DEADLINE seconds and PEAK_GROWTH bytes of me
 
 The commands: `info` (and `--json`), `tree`, `check`, `copy FILE OUT`, `snapshot FILE OUT`,
 then those that write the file, in place: `copy SOURCE FILE --dest-path`, `mv`, `vacuum`,
-`upgrade` (a URL gets the first five). `view` serves until it is stopped; it opens the file as
+`upgrade` (a URL gets the first six). `view` serves until it is stopped; it opens the file as
 `info` does. The commands run with zarrdb.cli.main in one child process (_fuzz_child.py),
 which measures each one's time and peak memory; a watchdog ends a case that hangs.
 
