@@ -40,7 +40,7 @@ MAX_COORDINATE_BYTES = 256 * 1024 * 1024
 """What the dimension coordinates of one open may declare together, in bytes, by default: 32
 million float64 values (a time axis of a second per step for a year is 31.5 million)."""
 # Bytes counted per value of a type without a fixed size (strings of any length): a Python
-# object of a short string.
+# object of a short string, plus what the fill value holds (_value_bytes).
 _VARIABLE_ITEM_BYTES = 64
 
 
@@ -287,8 +287,7 @@ def _check_coordinates(
             if key in seen or len(array.shape) != 1 or _dimensions(array) != [name]:
                 continue
             seen.add(key)
-            itemsize = getattr(array.dtype, "itemsize", 0) or _VARIABLE_ITEM_BYTES
-            declared = int(array.shape[0]) * max(itemsize, 1)
+            declared = int(array.shape[0]) * _value_bytes(array)
             total += declared
             if total > limit:
                 raise errors.CoordinateTooLargeError(
@@ -298,6 +297,21 @@ def _check_coordinates(
                     f"max_coordinate_bytes={limit:,}. If you trust the file, pass a larger "
                     "max_coordinate_bytes (or None) in backend_kwargs"
                 )
+
+
+def _value_bytes(array: Any) -> int:
+    """What one value of `array` takes once xarray has read it. A type of variable length
+    (numpy's StringDType, whose itemsize is that of a pointer, or objects) becomes a Python
+    object per value, holding the fill value where no chunk is stored: a 1,000-character fill
+    made a coordinate of a million strings, counted 16 MB by itemsize, take 3.3 GB."""
+    dtype = array.dtype
+    if getattr(dtype, "kind", "O") not in ("O", "T"):
+        return max(int(getattr(dtype, "itemsize", 0) or _VARIABLE_ITEM_BYTES), 1)
+    fill = getattr(array.metadata, "fill_value", None)
+    # Up to four bytes a character in a str; what a bytes value holds, once.
+    if isinstance(fill, str):
+        return _VARIABLE_ITEM_BYTES + 4 * len(fill)
+    return _VARIABLE_ITEM_BYTES + (len(fill) if isinstance(fill, bytes) else 0)
 
 
 def _dimensions(array: Any) -> list[str] | None:

@@ -107,19 +107,18 @@ def _planted_wal(path: Path, into: Path) -> None:
 SUFFIX = {"-wal of another copy": "-wal", "empty -wal": "-wal", "junk -shm": "-shm",
           "empty -journal": "-journal", "junk -journal": "-journal"}  # fmt: skip
 
-case = st.fixed_dictionaries(
-    {
-        "base": st.sampled_from(["sound", "bomb"]),
-        "size": st.sampled_from(["as is", "sparse, header says", "sparse, count ignored",
-                                 "padded", "cut"]),  # fmt: skip
-        "sidecar": st.sampled_from([None, "-wal of another copy", "empty -wal", "junk -shm",
-                                    "empty -journal", "junk -journal"]),  # fmt: skip
-        "owner": st.sampled_from(["mine", "nobody"] if IS_ROOT else ["mine"]),
-        "mode": st.sampled_from([0o600, 0o644, 0o664, 0o666]),
-        "kind": st.sampled_from(["file", "file", "file", "fifo", "link"]),
-        "served": st.sampled_from([None, None, "as is", "claims 1 TiB"]),
-    }
-)
+# What each part of a case may be (test_cli_fuzz.py draws from these too).
+CHOICES = {
+    "base": ["sound", "bomb"],
+    "size": ["as is", "sparse, header says", "sparse, count ignored", "padded", "cut"],
+    "sidecar": [None, "-wal of another copy", "empty -wal", "junk -shm", "empty -journal",
+                "junk -journal"],
+    "owner": ["mine", "nobody"] if IS_ROOT else ["mine"],
+    "mode": [0o600, 0o644, 0o664, 0o666],
+    "kind": ["file", "file", "file", "fifo", "link"],
+    "served": [None, None, "as is", "claims 1 TiB"],
+}  # fmt: skip
+case = st.fixed_dictionaries({name: st.sampled_from(values) for name, values in CHOICES.items()})
 
 
 def _build(folder: Path, n: int, spec: dict) -> dict:

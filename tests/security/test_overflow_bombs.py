@@ -126,6 +126,17 @@ def test_copy_of_a_sub_tree_refuses_before_writing(bomb, tmp_path):
     assert tree_bytes(tmp_path / "out") == 0
 
 
+def test_mv_refuses_before_rewriting_the_rows(bomb):
+    """Changing a key rewrites its row at the length its record claims: `mv` of the bomb took
+    475 MB before SQLite found the file malformed."""
+    before = bomb.read_bytes()
+    out = run_measured("mv", bomb, "a", "renamed")
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "more than the whole file" in out.stderr and len(out.stderr.splitlines()) == 1
+    assert out.peak_rss < memory_limit(), out.peak_rss
+    assert bomb.read_bytes()[100:] == before[100:]
+
+
 def test_quick_check_reports_the_damage(bomb):
     out = run_measured("check", "--quick", bomb)
     assert out.returncode == 1, (out.stdout, out.stderr)

@@ -67,3 +67,18 @@ def test_the_limit_is_the_callers(tmp_path):
     big = declaring(tmp_path / "big.zarrdb", MAX_COORDINATE_BYTES // 8 + 1)
     with pytest.raises(errors.CoordinateTooLargeError):
         xr.open_dataset(big)
+
+
+def test_a_string_coordinate_counts_its_fill_value(tmp_path):
+    """A coordinate of strings is read as a Python object per value, holding the fill value
+    where no chunk is stored: a million values with a 1,000-character fill took 3.3 GB while
+    counted 16 MB (numpy's StringDType has the itemsize of a pointer)."""
+    path = tmp_path / "strings.zarrdb"
+    with SQLiteStore(path) as store:
+        root = zarr.open_group(store, mode="w")
+        root.create_array("x", shape=(10_000,), chunks=(10_000,), dtype=str,
+                          dimension_names=["x"], fill_value="f" * 1000)  # fmt: skip
+    with pytest.raises(errors.CoordinateTooLargeError, match="'x'"):
+        xr.open_dataset(path, max_coordinate_bytes=1_000_000)  # 10,000 strings of 1,000
+    with xr.open_dataset(path, max_coordinate_bytes=50_000_000) as ds:
+        assert ds["x"].values[0] == "f" * 1000
