@@ -202,6 +202,7 @@ class Submission:
     when the submission comes out of its Port)."""
 
     future: Any
+    expect_depth: int
 
     @property
     def done(self) -> bool: ...
@@ -307,7 +308,7 @@ class Writer:
     def enqueue(self, sub: Submission, *, block: bool = True) -> bool:
         """Queue a submission made by prepare(); False if the queue is full and not `block`."""
 
-    def write(self, ops: Iterable[_Op]) -> None:
+    def write(self, ops: Iterable[_Op], expect: int = -1) -> None:
         """Queue `ops` and, unless they joined the open explicit transaction, wait until they
         are committed (GIL released); raises the write's error."""
 

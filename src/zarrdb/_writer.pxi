@@ -900,6 +900,8 @@ cdef class Writer:
         cdef int64_t nbytes = s.nbytes
         cdef bint queued = False
         cdef bint stopped = False
+        cdef bint elsewhere = False
+        cdef int expect = sub.expect_depth
         self._check()
         if sub.queued or sub.writer is not self:
             raise ValueError("a submission is queued once, on the writer that made it")
@@ -915,6 +917,9 @@ cdef class Writer:
             while True:
                 if w.stop:
                     stopped = True
+                    break
+                if expect >= 0 and w.txn_depth != expect:
+                    elsewhere = True
                     break
                 if _has_room(w, nbytes):
                     s.txn = w.txn
@@ -940,6 +945,12 @@ cdef class Writer:
                 port.pending -= 1
             if stopped:
                 raise _errors.ClosedError(f"the writer of {self.path!r} is closed")
+            if elsewhere:
+                raise _errors.NestingError(
+                    f"the transaction level on {self.path!r} this write was made in is no "
+                    "longer the innermost open one (a level was opened inside it, or it ended): "
+                    "it was not written"
+                )
             zpp_point("submit.full")
             return False
         zpp_point("submit.queued")
@@ -951,11 +962,13 @@ cdef class Writer:
                 port.pending -= 1
         return True
 
-    def write(self, ops):
+    def write(self, ops, int expect=-1):
         """Queue `ops` and, unless they joined the open explicit transaction, wait until they
         are committed (GIL released); raises the write's error. One call, so that no signal
-        can come between queueing and waiting."""
-        cdef Submission sub = self.submit(ops)
+        can come between queueing and waiting. `expect`: see Submission.expect_depth."""
+        cdef Submission sub = self._prepare(list(ops), None)
+        sub.expect_depth = expect
+        self._enqueue(sub, True)
         if sub.sub.txn == 0:
             sub.wait()
 

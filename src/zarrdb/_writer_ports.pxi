@@ -19,9 +19,14 @@ cdef class Submission:
     cdef bint queued
     cdef bint finished
     cdef public object future
+    # The depth of the transaction level its caller writes in (-1: none): it is refused with
+    # NestingError if, when it is queued, the innermost open level is another (a level opened
+    # inside the caller's since the caller's check, or its own ended).
+    cdef public int expect_depth
 
     def __cinit__(self):
         self.sub = NULL
+        self.expect_depth = -1
         self.queued = False
         self.finished = False
 

@@ -31,9 +31,10 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from zarrdb import _format, _pause
+from zarrdb import _format, _pause, errors
 from zarrdb._core import Database, Port, Writer
 from zarrdb._log import WriterEvents
+from zarrdb._transactions import _INSIDE
 
 # One group commit takes at most this many bytes (the rest waits for the next): bounds a
 # transaction's size and the pages SQLite keeps for it.
@@ -147,7 +148,7 @@ class Writing:
         explicit transaction is open, returns once they are queued: they are the
         transaction's, committed or rolled back with it."""
         self.queue_bursts_here()
-        self.writer.write(ops)
+        self.writer.write(ops, _expected_depth(self.writer))
         self.events.report()
 
     def write_async(self, ops: Sequence[Op]) -> Awaitable[None]:
@@ -181,6 +182,7 @@ class Writing:
         """write_async for writes that are a submission of their own: queued after what this
         turn queued before and after the bursts waiting for room, in order."""
         sub = self.writer.prepare(ops, port=watch.port)
+        sub.expect_depth = _expected_depth(self.writer)
         future = loop.create_future()
         watch.queue_alone(sub, future)
         watch.hint(loop)
@@ -359,6 +361,10 @@ class _LoopWatch:
             try:
                 if not self.writer.enqueue(sub, block=block):
                     break
+            except errors.NestingError as exc:  # its own level's affair: the others go on
+                backlog.popleft()
+                _settle_each(future if type(future) is list else [future], exc)
+                continue
             except BaseException as exc:
                 self._fail_backlog(exc)
                 if isinstance(exc, Exception):
@@ -509,6 +515,17 @@ def _resolve(future: asyncio.Future[Any], outcome: BaseException | None) -> None
             future.set_exception(outcome)
     except Exception:  # noqa: BLE001
         pass
+
+
+def _expected_depth(writer: Writer) -> int:
+    """The depth of the innermost open transaction level of `writer` that the calling code is
+    in (-1: none): the level its write must still be the innermost one of when it is queued."""
+    inside = _INSIDE.get()
+    if inside:
+        for level in reversed(inside):
+            if level.writer is writer and level.is_open:
+                return int(level.depth)
+    return -1
 
 
 def _settle(subs: list[Any]) -> None:
