@@ -403,5 +403,6 @@ def test_schedule_explorer_finds_no_defect() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.explore
 def test_schedule_explorer_large_budget() -> None:
     explore(500)
