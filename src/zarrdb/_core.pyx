@@ -520,6 +520,11 @@ cdef class Database:
                 f"the connection to {self.path!r} is in use by another thread; "
                 "give each thread its own Database"
             )
+        if self._busy.waits != self._waits_noted:
+            # The main thread's waits of its last call, logged here, where an exception can be
+            # raised: logging runs Python code, in which a signal's handler may raise (Ctrl-C
+            # during the wait), and _leave could only swallow it.
+            self._note_lock_waits()
         self.busy = 1
         return 0
 
@@ -528,21 +533,30 @@ cdef class Database:
             sqlite3_progress_handler(self.db, 0, NULL, NULL)
             self._watching = False
         self.busy = 0
-        if self._busy.waits != self._waits_noted:
-            self._note_lock_waits()
+        if self._busy.waits != self._waits_noted and PyThread_get_thread_ident() != _main_thread:
+            # (Only the main thread runs signal handlers: in any other, logging raises nothing
+            # that must reach the caller. The main thread's are logged by its next call.)
+            try:
+                self._note_lock_waits()
+            except BaseException:
+                pass  # logging's own handlers report their failures; a read or write goes on
 
-    cdef void _note_lock_waits(self) noexcept:
-        """Log the waits for another connection's lock since the last ones logged."""
+    cdef int _note_lock_waits(self) except -1:
+        """Log the waits for another connection's lock since the last ones logged; raises
+        only what a signal's handler raised meanwhile (logging reports its own failures)."""
         cdef int64_t waits = self._busy.waits
         cdef int64_t slept = self._busy.slept_us
-        if waits == self._waits_noted:
-            return
-        try:
-            _log.lock_waits(self.path, waits - self._waits_noted, (slept - self._slept_noted) / 1e6)
-        except BaseException:
-            pass  # logging's own handlers report their failures; a read or write goes on
-        self._waits_noted = waits
+        cdef int64_t new_waits = waits - self._waits_noted
+        cdef int64_t new_slept = slept - self._slept_noted
+        if new_waits == 0:
+            return 0
+        self._waits_noted = waits  # noted first: a signal's exception below logs them not again
         self._slept_noted = slept
+        try:
+            _log.lock_waits(self.path, new_waits, new_slept / 1e6)
+        except Exception:
+            pass
+        return 0
 
     def note_lock_waits(self):
         """Log the waits for locks this connection's writer thread made since the last ones

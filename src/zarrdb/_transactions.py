@@ -25,13 +25,19 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from zarrdb import _pause, errors
-from zarrdb._core import Level, _exit_transaction
+from zarrdb._core import Level, Writer, _exit_transaction
 
-if TYPE_CHECKING:
-    from zarrdb._writing import Writing
+
+class Writing(Protocol):
+    """What a transaction needs of a store's writes (zarrdb._writing.Writing, which imports
+    this module: named here by what it does, not imported)."""
+
+    writer: Writer
+
+    def queue_bursts_here(self) -> None: ...
 
 S = TypeVar("S")  # the session a Transaction gives when entered (the store)
 

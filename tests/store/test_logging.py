@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -106,9 +107,43 @@ def test_a_read_waiting_for_another_process_s_lock_is_logged(tmp_path: Path, cap
         timer.cancel()
         holder.release()
     assert got is not None and got.to_bytes() == value(1).to_bytes()
+    # The main thread's wait is logged as its next call on the connection starts (where a
+    # signal's exception, raised while logging runs, reaches the caller).
+    assert reader.get_sync("k") is not None
     waits = records(caplog, "zarrdb.locks", logging.DEBUG)
     assert len(waits) == 1 and str(path) in waits[0], waits
     reader.close()
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs POSIX interval timers")
+def test_ctrl_c_during_a_lock_wait_reaches_the_caller_though_the_wait_is_logged(tmp_path: Path):
+    """Logging a wait runs Python code, where the handler of a signal that came during the wait
+    runs and raises: that exception is the caller's (logged as the call left, it was
+    swallowed, and a Ctrl-C during a wait for a lock was lost)."""
+    path = tmp_path / "interrupted.zarrdb"
+    with SQLiteStore(path, journal="delete") as store:
+        store.set_sync("k", value(1))
+    reader = SQLiteStore(path, read_only=True)
+    reader.ensure_open()
+    holder = LockHolder(path, exclusive=True)
+    timer = threading.Timer(1.0, holder.let_go)  # the read waits for the lock until then
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    timer.start()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)  # during the wait
+        with pytest.raises(KeyboardInterrupt):
+            reader.get_sync("k")
+            reader.get_sync("k")  # the wait's log, and the handler's exception, at the latest here
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        timer.cancel()
+        holder.release()
+        reader.close()
 
 
 def _lowest_free_descriptor() -> int:
