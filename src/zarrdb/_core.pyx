@@ -324,7 +324,10 @@ cdef class _Atomic:
         return False
 
 
-cdef class Database:
+include "_db_format.pxi"
+
+
+cdef class Database(_FileStatements):
     """One SQLite connection to a file with a `zarr(k TEXT PRIMARY KEY, v BLOB)` table.
 
     Used by one thread at a time (simultaneous use raises ConcurrentUseError); unusable in a

@@ -81,12 +81,12 @@ class FileOperations:
             if db.has_prefix(dst):
                 raise FileExistsError(f"{dest!r} exists already in {self.path!r}")
             moved = db.rename_prefix(src, dst)
-            db.execute(_format.TOUCH_MODIFIED_AT)
+            db.touch_modified_at()
             return moved
 
         # The writer hands its connection over: the checks and the move are one unit (inside
         # an open explicit transaction, a savepoint of it).
-        return self._maintain(lambda db: db._atomic_call(move))
+        return self._maintain(lambda db: db.atomic_call(move))
 
     def backup(self, dest: str | os.PathLike[str]) -> None:
         """Copy the file as of one moment to `dest`, while others may keep writing.

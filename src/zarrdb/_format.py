@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -173,12 +172,14 @@ class FileFacts:
         return METADATA_TABLE in self.tables and DATA_TABLE in self.tables
 
 
-class Queries(Protocol):
+class Queries(_schema.Queries, Protocol):
     """What read_facts needs of a connection: a zarrdb._core.Database, or conformance's
-    stand-in over Python's sqlite3."""
+    stand-in over Python's sqlite3 (both run the statements of _core.FACT_QUERIES)."""
 
     def pragma(self, name: str) -> Any: ...
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+    def schema_objects(self) -> list[tuple[Any, ...]]: ...
+    def table_columns(self, table: str) -> list[tuple[Any, ...]]: ...
+    def metadata_records(self) -> list[tuple[Any, ...]]: ...
 
 
 def _as_text(value: object) -> str:
@@ -198,9 +199,7 @@ def read_facts(db: Queries) -> FileFacts:
     # as the file has them rather than failing the comparison with a TypeError.
     schema = [
         tuple(_as_text(column) for column in row)
-        for row in db.execute(
-            "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema"
-        )
+        for row in db.schema_objects()
     ]
     # By name as SQLite compares names: a table "ZARR" is the table zarrdb's statements use.
     tables = {_schema.fold(name): sql for kind, name, _, sql in schema if kind == "table"}
@@ -210,15 +209,12 @@ def read_facts(db: Queries) -> FileFacts:
     if DATA_TABLE in tables and not facts.code:
         facts.data_columns = [
             (_as_text(name), _as_text(kind).upper(), int(notnull or 0), int(pk or 0))
-            for name, kind, notnull, pk in db.execute(
-                'SELECT name, type, "notnull", pk FROM pragma_table_info(?) ORDER BY cid',
-                (DATA_TABLE,),
-            )
+            for name, kind, notnull, pk in db.table_columns(DATA_TABLE)
         ]
     if METADATA_TABLE in tables and not facts.code and facts.encoding == "UTF-8":
         # Read as bytes and decode leniently: an informational record (created_by) in another
         # encoding must not make the file unreadable. NULLs count as missing records.
-        rows = db.execute(f"SELECT CAST(k AS BLOB), CAST(v AS BLOB) FROM {METADATA_TABLE}")
+        rows = db.metadata_records()
         facts.metadata = {
             k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
             for k, v in rows

@@ -188,17 +188,13 @@ def _initialise(db: Database, opts: dict[str, Any], path: str) -> None:
             return
         write_schema(db, f"zarrdb {__version__}")
 
-    db._atomic_call(schema)  # schema work on a connection no writer runs yet
+    db.atomic_call(schema)  # schema work on a connection no writer runs yet
 
 
 def write_schema(db: Database, created_by: str, *, data_table: bool = True) -> None:
     """Make the file a SQLiteStore file inside the transaction open on `db`: the application
     id, the tables (`data_table`: the `zarr` table too), and the metadata of a new file."""
-    db.pragma("application_id", _format.APPLICATION_ID)
-    schema = _format.SCHEMA if data_table else _format.METADATA_SCHEMA
-    db.executescript(schema)
-    for key, value in _format.initial_metadata(created_by):
-        db.execute(f"INSERT INTO {_format.METADATA_TABLE}(k, v) VALUES (?, ?)", (key, value))
+    db.write_schema(_format.initial_metadata(created_by), data_table=data_table)
 
 
 def _create(path: str, opts: dict[str, Any]) -> None:

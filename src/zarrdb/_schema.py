@@ -23,7 +23,11 @@ from typing import Any, Protocol
 
 
 class Queries(Protocol):
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+    """What the check needs of a connection (zarrdb._core.Database has each)."""
+
+    def column_kinds(self, table: str) -> list[tuple[Any, ...]]: ...
+    def index_computes_expression(self, index: str) -> bool: ...
+    def index_is_partial(self, table: str, index: str) -> bool: ...
 
 
 # SQLite folds the 26 ASCII letters only (sqlite3StrICmp); "ＺＡＲＲ" is another name than "zarr".
@@ -90,7 +94,7 @@ def _table_problems(
     """A table's columns: none computed (hidden 2 and 3: VIRTUAL and STORED generated
     columns) in any table, and only the spec's in a spec table (a column of its own would get
     its DEFAULT computed on every insert of zarrdb's)."""
-    columns = db.execute("SELECT name, hidden FROM pragma_table_xinfo(?)", (name,))
+    columns = db.column_kinds(name)
     found = [
         f"generated column {column!r} in table {name}"
         for column, hidden in columns
@@ -110,8 +114,8 @@ def _table_problems(
 def _index_problem(db: Queries, name: str, table: str) -> str:
     """An explicit index: the spec's tables have only their primary key's."""
     described = f"index {name!r} on table {table}"
-    if db.execute("SELECT 1 FROM pragma_index_xinfo(?) WHERE cid = -2", (name,)):
+    if db.index_computes_expression(name):
         return described + " computes an expression"
-    if db.execute("SELECT 1 FROM pragma_index_list(?) WHERE name = ? AND partial", (table, name)):
+    if db.index_is_partial(table, name):
         return described + " has a WHERE clause"
     return described + " (no writer of the format makes one)"

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from zarrdb import _beside, _format, errors
-from zarrdb._core import CONNECTION_LIMITS
+from zarrdb._core import CONNECTION_LIMITS, FACT_QUERIES
 from zarrdb._open_files import open_in_this_process
 
 __all__ = ["KEY_RULES", "Finding", "Report", "check_file", "key_problem"]
@@ -197,8 +197,8 @@ def _raise_unusable(path: str, exc: sqlite3.DatabaseError, busy_timeout: float) 
 
 
 class _Connection:
-    """What `_format.read_facts` needs (pragma, execute) over Python's own sqlite3, with
-    statements that Ctrl-C and SIGTERM interrupt: every _PROGRESS_STEPS steps SQLite calls a
+    """What `_format.read_facts` needs (pragma and the statements of the engine's FACT_QUERIES)
+    over Python's own sqlite3, with statements that Ctrl-C and SIGTERM interrupt: every _PROGRESS_STEPS steps SQLite calls a
     Python function, at whose start Python runs its signal handlers. What a handler raises
     there stops the statement (sqlite3 drops the exception and reports SQLITE_INTERRUPT), and
     execute() raises KeyboardInterrupt in its place: nothing else interrupts this connection."""
@@ -217,6 +217,25 @@ class _Connection:
     def pragma(self, name: str) -> Any:
         rows = self.execute(f"PRAGMA {name}")
         return rows[0][0] if rows else None
+
+    # What `_format.read_facts` reads, with the engine's statements.
+    def schema_objects(self) -> list[tuple[Any, ...]]:
+        return self.execute(FACT_QUERIES["schema_objects"])
+
+    def table_columns(self, table: str) -> list[tuple[Any, ...]]:
+        return self.execute(FACT_QUERIES["table_columns"], (table,))
+
+    def column_kinds(self, table: str) -> list[tuple[Any, ...]]:
+        return self.execute(FACT_QUERIES["column_kinds"], (table,))
+
+    def index_computes_expression(self, index: str) -> bool:
+        return bool(self.execute(FACT_QUERIES["index_expression"], (index,)))
+
+    def index_is_partial(self, table: str, index: str) -> bool:
+        return bool(self.execute(FACT_QUERIES["index_partial"], (table, index)))
+
+    def metadata_records(self) -> list[tuple[Any, ...]]:
+        return self.execute(FACT_QUERIES["metadata_records"])
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         try:

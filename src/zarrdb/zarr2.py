@@ -33,8 +33,6 @@ __all__ = ["UpgradeResult", "Zarr2SQLiteStore", "is_zarr2_file", "upgrade"]
 V2_ARRAY, V2_GROUP, V2_ATTRS, V2_CONSOLIDATED = ".zarray", ".zgroup", ".zattrs", ".zmetadata"
 V2_DOCUMENTS = (V2_ARRAY, V2_GROUP, V2_ATTRS, V2_CONSOLIDATED)
 V3_DOCUMENT = "zarr.json"
-# The table is renamed to this while its rows move to the new `zarr` table.
-_OLD_TABLE = "zarr_v2_upgrading"
 
 
 class Zarr2SQLiteStore(SQLiteStore):
@@ -196,15 +194,15 @@ def upgrade(
                 _move_rows(db)
             if plan is not None:
                 for key in plan.delete:
-                    db.execute("DELETE FROM zarr WHERE k = ?", (key,))
+                    db.delete_value(key)
                 for key, document in plan.documents.items():
-                    db.execute("INSERT OR REPLACE INTO zarr (k, v) VALUES (?, ?)", (key, document))
+                    db.put_value(key, document)
                 result.converted, result.consolidated = plan.converted, plan.consolidated
             if not result.upgraded and (plan is None or plan.changes):
-                db.execute(_format.TOUCH_MODIFIED_AT)
+                db.touch_modified_at()
             _format.validate(_format.read_facts(db), path=target, writable=True)
 
-        db._atomic_call(upgrade_rows)
+        db.atomic_call(upgrade_rows)
         if result.upgraded:
             result.vacuumed = _rebuild(db, target)
     finally:
@@ -232,22 +230,17 @@ def _checked_keys(db: Database, path: str) -> list[str]:
     """Every key of the file, once each row is known to hold no NULL, a text key and a blob or
     text value, and every key to follow the format's rules; FormatError naming the first that
     does not."""
-    table = _format.DATA_TABLE
-    nulls = db.execute(f"SELECT count(*) FROM {table} WHERE k IS NULL OR v IS NULL")[0][0]
+    nulls, named = db.rows_with_null()
     if nulls:
-        named = db.execute(f"SELECT k FROM {table} WHERE k IS NOT NULL AND v IS NULL LIMIT 1")
-        which = f", e.g. the value of {named[0][0]!r}" if named else ""
+        which = f", e.g. the value of {named!r}" if named is not None else ""
         raise errors.FormatError(
             f"{path!r}: {nulls:,} row(s) hold a NULL{which}; a SQLiteStore file has none "
             "(nothing was changed)"
         )
-    odd = db.execute(
-        f"SELECT typeof(k), typeof(v) FROM {table} "
-        "WHERE typeof(k) != 'text' OR typeof(v) NOT IN ('blob', 'text') LIMIT 1"
-    )
-    if odd:
+    odd = db.mistyped_row()
+    if odd is not None:
         raise errors.FormatError(
-            f"{path!r}: a row holds a {odd[0][0]} key and a {odd[0][1]} value; zarr keys are "
+            f"{path!r}: a row holds a {odd[0]} key and a {odd[1]} value; zarr keys are "
             "text and values bytes (nothing was changed)"
         )
     keys = db.list_keys()  # InvalidKeyError for a key that is not UTF-8
@@ -266,15 +259,9 @@ def _move_rows(db: Database) -> None:
     the rows of zarr 2's table moved into the new `zarr` table (text values as their bytes)."""
     from zarrdb import __version__
 
-    table = _format.DATA_TABLE
-    db.execute(f"ALTER TABLE {table} RENAME TO {_OLD_TABLE}")
+    db.set_zarr2_table_aside()
     write_schema(db, f"zarrdb {__version__} (upgraded from zarr-python 2's SQLiteStore)")
-    db.execute(
-        f"INSERT INTO {table}(k, v) SELECT k, "
-        "CASE typeof(v) WHEN 'text' THEN CAST(v AS BLOB) ELSE v END "
-        f"FROM {_OLD_TABLE} ORDER BY k"
-    )
-    db.execute(f"DROP TABLE {_OLD_TABLE}")
+    db.move_zarr2_rows()
 
 
 def _rebuild(db: Database, path: str) -> bool:
