@@ -1,6 +1,6 @@
 # The SQL the Python layer needs of a file, each statement behind a method that says what it
 # does: opening and checking a file (_format.read_facts, _schema.problems), making a SQLiteStore
-# file (_opening.write_schema), upgrading one of zarr-python 2 (zarr2.py) and the metadata
+# file (_file_setup.write_schema), upgrading one of zarr-python 2 (zarr2.py) and the metadata
 # record every write updates. They run these, never SQL text of their own; Database.execute
 # stays for tests and the conformance checker. A base class of Database (_core.pyx), whose
 # statements it runs through Database.execute.
@@ -20,6 +20,8 @@ cdef str _INSERT_METADATA = f"INSERT INTO {_format.METADATA_TABLE}(k, v) VALUES 
 cdef str _ZARR2_ASIDE = "zarr_v2_upgrading"
 
 
+# Nothing to pickle here: a Database refuses pickling itself (Database.__reduce__).
+@cython.auto_pickle(False)
 cdef class _FileStatements:
     """The named statements of a Database (every instance is one)."""
 

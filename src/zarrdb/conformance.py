@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from zarrdb import _beside, _format, errors
 from zarrdb._core import CONNECTION_LIMITS, FACT_QUERIES
-from zarrdb._open_files import open_in_this_process
+from zarrdb._live_stores import open_in_this_process
 
 __all__ = ["KEY_RULES", "Finding", "Report", "check_file", "key_problem"]
 
@@ -198,9 +198,9 @@ def _raise_unusable(path: str, exc: sqlite3.DatabaseError, busy_timeout: float) 
 
 class _Connection:
     """What `_format.read_facts` needs (pragma and the statements of the engine's FACT_QUERIES)
-    over Python's own sqlite3, with statements that Ctrl-C and SIGTERM interrupt: every _PROGRESS_STEPS steps SQLite calls a
-    Python function, at whose start Python runs its signal handlers. What a handler raises
-    there stops the statement (sqlite3 drops the exception and reports SQLITE_INTERRUPT), and
+    over Python's own sqlite3, with statements that Ctrl-C and SIGTERM interrupt: every
+    _PROGRESS_STEPS steps SQLite calls a Python function, at whose start Python runs its signal
+    handlers. What a handler raises there stops the statement (sqlite3 drops the exception and reports SQLITE_INTERRUPT), and
     execute() raises KeyboardInterrupt in its place: nothing else interrupts this connection."""
 
     def __init__(self, con: sqlite3.Connection) -> None:
