@@ -2,7 +2,7 @@
 
     python benchmarks/tunables.py [--quick] [--reps N] [--only SECTION ...] [--json out.json]
 
-Sections (each a default in src/zarrdb/_reading.py, _writing.py or _opening.py):
+Sections (each a default in src/zarrdb/_reading.py, _writing.py or _file_setup.py):
 
     page      page size (4 .. 64 KiB) x journal mode while ingesting (WAL vs DELETE), on ingest
               of 16 KiB and 1 MiB values (the engine's writer thread, transactions of ~8 MiB, as
@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 import zarrdb
-import zarrdb._opening as zopening
+import zarrdb._file_setup as zopening
 import zarrdb._reading as zreading
 import zarrdb._writing as zwriting
 import zarrdb.store as zstore

@@ -6,7 +6,8 @@ the ones the installed `zarrdb` accepts. The build fails (even without `--strict
 command of `zarrdb.cli.framework.COMMANDS` has no section in it, or no section in the
 narrative page `cli.md`.
 
-`render_cli_reference()` needs only zarrdb; tests/test_docs.py checks its output without MkDocs.
+`render_cli_reference()` needs only zarrdb; tests/project/test_docs.py checks its output without
+MkDocs.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@
   (fork + exec in C) are not recorded: they run another program.
 - Skips, by node id, the tests that cannot pass under the checker ($MEMCHECK_MODE: valgrind or
   asan) for a reason that is not a memory error: they time something, or wait with a timeout
-  that the checker's slowdown exceeds. Each entry says why (tests/test_memcheck.py checks that
-  every listed test exists). Under AddressSanitizer it also skips the files that test the
+  that the checker's slowdown exceeds. Each entry says why (tests/project/test_memcheck.py
+  checks that every listed test exists). Under AddressSanitizer it also skips the files that test the
   project's scripts and packaging, which run no code of the extension.
 """
 
@@ -35,12 +35,12 @@ SKIPS = {"valgrind": VALGRIND_SKIPS, "asan": ASAN_SKIPS}
 # and documentation, and run no code of the extension beyond importing it (which every other
 # file does); the tests steps of CI run them.
 ASAN_SKIP_FILES = {
-    "tests/test_dev_script.py": "tests scripts/dev.sh",
-    "tests/test_docs.py": "tests the documentation's sources",
-    "tests/test_find_python.py": "tests scripts/find_python.sh",
-    "tests/test_memcheck.py": "tests scripts/memcheck.sh and its report",
-    "tests/test_packaging.py": "tests the sdist and the wheel's build list",
-    "tests/test_release.py": "tests the release files and workflows",
+    "tests/project/test_dev_script.py": "tests scripts/dev.sh",
+    "tests/project/test_docs.py": "tests the documentation's sources",
+    "tests/project/test_find_python.py": "tests scripts/find_python.sh",
+    "tests/project/test_memcheck.py": "tests scripts/memcheck.sh and its report",
+    "tests/project/test_packaging.py": "tests the sdist and the wheel's build list",
+    "tests/project/test_release.py": "tests the release files and workflows",
 }
 SKIP_FILES = {"asan": ASAN_SKIP_FILES}
 

@@ -1,6 +1,6 @@
 """The connections of one store in one process, and where each call goes.
 
-- Opening (_opening.py): a missing file is created atomically; an existing one is checked
+- Opening (_file_setup.py): a missing file is created atomically; an existing one is checked
   against the SQLiteStore 1.0 rules.
 - Reads: each thread's own read connection (_readers.py), or the write connection while an
   explicit transaction is open.
@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from zarrdb import _format, _open_files, _opening, _pause, errors
+from zarrdb import _file_setup, _format, _live_stores, _pause, errors
 from zarrdb import remote as _remote
 from zarrdb._core import Database
 from zarrdb._readers import ReaderPool
@@ -57,7 +57,7 @@ class Connections:
         self.pool = ReaderPool(self._open_reader)
         self.writing: Writing | None = None
         self.closed = False
-        _open_files.register(self)
+        _live_stores.register(self)
 
     # --- opening --------------------------------------------------------------------------
 
@@ -74,7 +74,7 @@ class Connections:
         if self.read_only:
             self._open_read_only()
             return
-        db = _opening.open_writable(path, opts)
+        db = _file_setup.open_writable(path, opts)
         try:
             self.writing = Writing(db, durability=opts["durability"], journal=opts["journal"])
         except BaseException:
@@ -88,7 +88,7 @@ class Connections:
             raise FileNotFoundError(f"no such SQLiteStore file: {path!r}")
         # Whose journal lies beside the file is looked at before SQLite opens it: SQLite run by
         # root gives a journal it opens the owner of the file.
-        foreign = self.remote_location is None and _opening.foreign_journal(path)
+        foreign = self.remote_location is None and _file_setup.foreign_journal(path)
         try:
             db, notes = self._open_and_validate()
         except errors.ReadOnlyError as exc:
@@ -96,11 +96,11 @@ class Connections:
                 raise
             # A writer stopped in the middle of a transaction and left a hot journal: reading
             # needs it rolled back first, as any connection that may write would do.
-            _opening.roll_back_hot_journal(path, opts["busy_timeout"], foreign)
+            _file_setup.roll_back_hot_journal(path, opts["busy_timeout"], foreign)
             db, notes = self._open_and_validate()
         # A file a writer left in WAL mode, without its -wal/-shm files: reading it makes SQLite
         # create them, and a read-only connection cannot remove them. Remember it, to tidy up
-        # at close (see _opening.remove_sidecars_we_made). What was beside the file and its
+        # at close (see _file_setup.remove_sidecars_we_made). What was beside the file and its
         # header come from the connection's opening (read through SQLite's own handle: closing
         # another descriptor of the file would drop every POSIX lock this process holds on it).
         self.made_sidecars = (
@@ -195,7 +195,7 @@ class Connections:
             if writing is not None:
                 self._close_writer(writing)
             elif self.made_sidecars:
-                _opening.remove_sidecars_we_made(self.store_path)
+                _file_setup.remove_sidecars_we_made(self.store_path)
 
     def _close_writer(self, writing: Writing) -> None:
         """Commit what is queued, stop the writer thread, give back free pages, and leave the
@@ -241,6 +241,6 @@ def _release_siblings(closing: Connections) -> None:
     """Close the idle read connections other stores of this process hold on the same file (they
     reopen by themselves when used again), so the closing writer can leave the file in DELETE
     mode. zarr makes such stores itself, e.g. the read-only copy behind open_group(mode="r")."""
-    for conns in _open_files.others_on_the_same_file(closing):
+    for conns in _live_stores.others_on_the_same_file(closing):
         if conns.writing is None:
             conns.pool.release_idle()

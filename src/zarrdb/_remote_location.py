@@ -59,7 +59,7 @@ longest silence, `connect_timeout` the wait for a connection."""
 # ended it by then: the client's own error, which says more, normally comes first.
 _DEADLINE_GRACE = 2.0
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
+SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def is_url(path: object) -> TypeGuard[str]:
@@ -97,7 +97,7 @@ def parse_options(pairs: Iterable[str]) -> dict[str, Any]:
     return options
 
 
-def _obstore() -> ModuleType:
+def load_obstore() -> ModuleType:
     try:
         import obstore
     except ImportError:
@@ -247,7 +247,7 @@ class RemoteLocation:
     def object_store(self) -> Any:
         """The obstore store (made from the URL and storage_options on first use)."""
         if self._store is None:
-            obstore = _obstore()
+            obstore = load_obstore()
             options = dict(self.storage_options)
             client = dict(options.pop("client_options", None) or {})
             for key in list(options):

@@ -2,7 +2,7 @@
 
 - `_workers`: daemon threads that make requests (and background read-ahead) for threads
   waiting on them, reused while busy;
-- `_Slots`: the bound of requests in flight for one file;
+- `Slots`: the bound of requests in flight for one file;
 - `ReadPool`: the threads in which one remote store reads, off the event loop;
 - `interrupt_requests()` and a read pool's closing end every wait for a request at once.
 
@@ -100,13 +100,13 @@ if hasattr(os, "register_at_fork"):  # POSIX
     os.register_at_fork(after_in_child=_forked)
 
 
-def _schedule(function: Callable[..., Any], *args: Any) -> None:
+def schedule(function: Callable[..., Any], *args: Any) -> None:
     """Call `function(*args)` soon on a request thread (background read-ahead)."""
 
     _workers.submit(lambda: function(*args))
 
 
-class _Slots:
+class Slots:
     """The bound of requests in flight for one file; waits for a slot end as
     interrupt_requests() or the store's closing says."""
 
@@ -135,7 +135,7 @@ class _Slots:
 _reader = threading.local()
 
 
-def _check_closing(closing: threading.Event | None = None) -> None:
+def check_closing(closing: threading.Event | None = None) -> None:
     """Raise ClosedError once `closing` (by default, the event of this thread's read pool) is
     set. Also what the block cache calls while a read waits for a block another reader is
     fetching, perhaps for another store."""
@@ -151,7 +151,7 @@ def _check_waiting(started_at: int, closing: threading.Event | None) -> None:
     """Raise what ends a wait that began when interrupt_requests() had counted `started_at`."""
     if _interrupts != started_at:
         raise KeyboardInterrupt
-    _check_closing(closing)
+    check_closing(closing)
 
 
 class ReadPool:
@@ -205,7 +205,7 @@ def _join_pool(closing: threading.Event) -> None:
     _reader.closing = closing
 
 
-def _interruptible(call: Callable[[], _T], deadline: float | None = None) -> _T:
+def interruptible(call: Callable[[], _T], deadline: float | None = None) -> _T:
     """`call()`, run on a worker thread while this one waits in short steps, for at most
     `deadline` seconds (then TimeoutError).
 

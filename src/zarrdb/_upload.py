@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from zarrdb import errors
-from zarrdb._open_files import open_in_this_process
-from zarrdb._remote_location import RemoteLocation, _obstore, request_error
+from zarrdb._live_stores import open_in_this_process
+from zarrdb._remote_location import SQLITE_MAGIC, RemoteLocation, load_obstore, request_error
 
 MIB = 1024 * 1024
 # Object storage takes parts of 5 MiB at least (the last excepted) and at most 10,000 parts.
@@ -29,7 +29,6 @@ CONCURRENCY = 4
 UPLOAD_SCHEMES = ("s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl")
 """The URL schemes `upload` writes to: object storage (a web server is read-only here)."""
 _S3_ETAG = re.compile(r'^"?([0-9a-f]{32})(?:-(\d+))?"?$')
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 @dataclasses.dataclass
@@ -83,7 +82,7 @@ def check_closed(path: str) -> None:
         )
     with open(path, "rb") as f:
         header = f.read(100)
-    if header[:16] != _SQLITE_MAGIC:
+    if header[:16] != SQLITE_MAGIC:
         raise errors.NotADatabaseError(
             f"{path!r} is not an SQLite database (is this a .zarrdb file?)", code=26, filename=path
         )
@@ -153,7 +152,7 @@ def upload(
     ValueError
         For a URL that is not object storage or names no file, or bad storage_options.
     """
-    obstore = _obstore()
+    obstore = load_obstore()
     source = os.fspath(path)
     scheme = url.partition("://")[0].lower()
     if scheme not in UPLOAD_SCHEMES:

@@ -26,24 +26,24 @@ from typing import Any
 from zarrdb import _log, errors
 from zarrdb._core import RemoteDatabase, RemoteFile
 from zarrdb._remote_location import (  # public here (zarrdb.remote), defined there
-    _SQLITE_MAGIC,
     DEFAULT_TIMEOUTS,
     MIB,
     SCHEMES,
+    SQLITE_MAGIC,
     BlockCache,
     RemoteLocation,
-    _obstore,
+    load_obstore,
     is_url,
     parse_options,
     request_error,
 )
 from zarrdb._remote_threads import (  # ReadPool and interrupt_requests are public here
     ReadPool,
-    _check_closing,
-    _interruptible,
-    _schedule,
-    _Slots,
+    Slots,
+    check_closing,
     interrupt_requests,
+    interruptible,
+    schedule,
 )
 
 __all__ = [
@@ -92,7 +92,7 @@ class RemoteObject:
     def __init__(
         self, location: RemoteLocation, cache: BlockCache, *, expect_etag: str | None = None
     ) -> None:
-        obstore = _obstore()
+        obstore = load_obstore()
         self.location = location
         self.url = location.url
         self.pid = os.getpid()
@@ -100,11 +100,11 @@ class RemoteObject:
         self._store = location.object_store()
         self._changed = (obstore.exceptions.PreconditionError, FileNotFoundError)
         # Requests in flight for this file at most (the threads of every store reading it).
-        self._slots = _Slots(cache.max_requests)
+        self._slots = Slots(cache.max_requests)
         # The byte range of the last request that failed, until it is asked for again.
         self._failed: tuple[int, int] | None = None
         try:
-            meta, head = _interruptible(
+            meta, head = interruptible(
                 lambda: self._get_range(0, cache.first_read), location.deadline()
             )
         except FileNotFoundError:
@@ -140,14 +140,14 @@ class RemoteObject:
         self.file = RemoteFile(
             self.url,
             self.size,
-            self._fetch,
+            self.fetch,
             block_size=cache.block_size,
             cache_size=cache.size,
             readahead=cache.readahead,
             min_request=cache.min_request,
-            schedule=_schedule,
+            schedule=schedule,
             head=head,
-            waiting=_check_closing,
+            waiting=check_closing,
         )
 
     def _get_range(
@@ -173,7 +173,7 @@ class RemoteObject:
             raise self._changed_error()
         return meta, _body(result, min(length, int(meta["size"]) - offset))
 
-    def _fetch(self, offset: int, length: int) -> Any:
+    def fetch(self, offset: int, length: int) -> Any:
         """Bytes [offset, offset + length) of the version opened, or RemoteReadError."""
         failed = self._failed
         if failed is not None and offset < failed[1] and failed[0] < offset + length:
@@ -198,7 +198,7 @@ class RemoteObject:
                 self._slots.release()
 
         try:
-            return _interruptible(request, self.location.deadline())[1]
+            return interruptible(request, self.location.deadline())[1]
         except (errors.RemoteFileChangedError, errors.ClosedError):
             raise
         except self._changed as exc:
@@ -302,7 +302,7 @@ _LARGEST_FILE = 4_294_967_294 * 65_536
 def _check_header(header: bytes, url: str, size: int) -> None:
     """SQLite's header, not in WAL mode, and the object's size what the header says: SQLite
     bounds every read by the size the VFS gives it, which is the server's word."""
-    if header[:16] != _SQLITE_MAGIC:
+    if header[:16] != SQLITE_MAGIC:
         raise errors.NotADatabaseError(
             f"{url!r} is not an SQLite database (is this a .zarrdb file?)",
             code=26,
@@ -395,7 +395,7 @@ def download(
             written = len(head)
             while written < remote.size:
                 length = min(chunk_size, remote.size - written)
-                data = remote._fetch(written, length)
+                data = remote.fetch(written, length)
                 out.write(memoryview(data))
                 written += length
     except BaseException:

@@ -4,12 +4,13 @@ This module is the adapter between zarr's Store API and the engine: opening, opt
 and writes. The work behind it lives in its own modules (the module map of docs/development.md):
 - _session.py: the store's open file in this process (the store holds one; reads, writes and
   file operations reach the file through it); _connections.py: the connections of this process
-  and where each call goes, closing on every path; _opening.py: creating and checking the file;
-  _readers.py: a read connection per thread;
+  and where each call goes, closing on every path; _file_setup.py: creating and checking the
+  file; _readers.py: a read connection per thread;
 - _reading.py: reads, byte ranges, batches and listings (a mixin of SQLiteStore);
 - _writing.py: writes go to the engine's writer thread (group commit beside zarr's own work),
   and explicit transactions (`with store.transaction():`) on top of it;
-- _file_ops.py: file-level operations (rename, backup, vacuum, check, file_info, ...; a mixin).
+- _store_maintenance.py: operations on the file as a whole (rename, backup, vacuum, check,
+  file_info, ...; a mixin).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from zarr.core.buffer import Buffer
 
 from zarrdb import _format
 from zarrdb import remote as _remote
-from zarrdb._file_ops import FileOperations
-from zarrdb._opening import DEFAULT_CACHE_KIB, DEFAULT_MMAP_BYTES
+from zarrdb._file_setup import DEFAULT_CACHE_KIB, DEFAULT_MMAP_BYTES
+from zarrdb._store_maintenance import FileOperations
 from zarrdb._reading import Reads
 from zarrdb._session import Session
 from zarrdb._transactions import Transaction
@@ -38,7 +39,7 @@ __all__ = ["SQLiteStore"]
 
 Durability = Literal["full", "normal", "off"]
 # Durability levels; the SQLite synchronous setting each stands for, by journal mode, is chosen
-# in _opening.synchronous.
+# in _file_setup.synchronous.
 _DURABILITY_LEVELS = ("full", "normal", "off")
 
 def _value_view(value: Buffer) -> Any:

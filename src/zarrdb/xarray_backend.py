@@ -28,7 +28,7 @@ from xarray.backends import BackendEntrypoint, ZarrBackendEntrypoint
 
 from zarrdb import _format, errors
 from zarrdb import remote as _remote
-from zarrdb._open_files import open_in_this_process
+from zarrdb._live_stores import open_in_this_process
 from zarrdb.store import SQLiteStore
 
 __all__ = ["ZarrDBBackendEntrypoint"]

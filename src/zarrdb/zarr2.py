@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zarrdb import _format, errors
-from zarrdb._opening import write_schema
+from zarrdb._file_setup import write_schema
 from zarrdb._core import Database
 from zarrdb.store import SQLiteStore
 

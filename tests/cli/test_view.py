@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import CLI, run
+from cli.helpers import CLI, run
 
 
 @pytest.fixture

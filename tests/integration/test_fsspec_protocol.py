@@ -16,7 +16,7 @@ import pytest
 import zarr
 
 from zarrdb import SQLiteStore
-from zarrdb._open_files import open_in_this_process
+from zarrdb._live_stores import open_in_this_process
 
 fsspec = pytest.importorskip("fsspec", reason="fsspec is not installed")
 from zarr.storage import FsspecStore  # noqa: E402

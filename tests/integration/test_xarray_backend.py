@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from zarrdb import SQLiteStore, errors
-from zarrdb._open_files import open_in_this_process
+from zarrdb._live_stores import open_in_this_process
 
 from . import _spawn_child
 

@@ -31,7 +31,7 @@ REPO = TESTS_DIR.parent
 PYTHON = sys.executable
 
 # The power-loss simulator is compiled only into test builds (ZARRDB_TEST_VFS=1, which
-# scripts/dev.sh sets); tests/test_build.py checks that such a build has it.
+# scripts/dev.sh sets); tests/project/test_build.py checks that such a build has it.
 needs_powerloss_vfs = pytest.mark.skipif(
     not _core._POWERLOSS_VFS,
     reason="this build has no power-loss simulator (a release build: test builds are made "

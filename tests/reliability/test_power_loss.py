@@ -45,7 +45,7 @@ import pytest
 import zarr
 
 from zarrdb import _core
-from zarrdb._opening import compiled_default
+from zarrdb._file_setup import compiled_default
 from zarrdb.errors import ReadOnlyError
 
 from . import _power_loss_child as child

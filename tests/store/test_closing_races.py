@@ -27,7 +27,7 @@ from zarr.core.buffer import cpu
 
 from store._lock_holder import LockHolder
 from zarrdb import SQLiteStore, errors
-from zarrdb._open_files import open_in_this_process
+from zarrdb._live_stores import open_in_this_process
 
 JOIN_TIMEOUT = 30
 

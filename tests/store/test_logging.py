@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from zarr.core.buffer import cpu
 
-from tests.store._lock_holder import LockHolder
+from store._lock_holder import LockHolder
 from zarrdb import SQLiteStore, _writing
 
 

@@ -1,5 +1,6 @@
-"""The stores of this process that have a file open: an upload refuses a file one of them still
-has open, and a closing writer releases the idle read connections the others hold on its file.
+"""The live stores, those of this process that have a file open: an upload refuses a file one
+of them still has open, and a closing writer releases the idle read connections the others
+hold on its file.
 Imports nothing of zarrdb, so that every module may ask.
 """
 

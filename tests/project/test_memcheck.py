@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "memcheck.sh"
 REPORT = ROOT / "scripts" / "memcheck_report.py"
 PLUGIN = ROOT / "scripts" / "memcheck_plugin.py"
@@ -312,7 +312,7 @@ def test_asan_mode_refuses_an_extension_built_without_it(tmp_path):
 
     if b"__asan_init" in Path(_core.__file__).read_bytes():
         pytest.skip("this environment's extension is an ASan build")
-    out = memcheck("--asan", "tests/test_build.py", cwd=ROOT, MEMCHECK_LOGDIR=str(tmp_path))
+    out = memcheck("--asan", "tests/project/test_build.py", cwd=ROOT, MEMCHECK_LOGDIR=str(tmp_path))
     assert out.returncode == 2, out.stdout + out.stderr
     assert "is not linked against an AddressSanitizer runtime" in out.stderr
 

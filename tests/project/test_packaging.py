@@ -19,7 +19,7 @@ import pytest
 
 import zarrdb
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = ROOT / "pyproject.toml"
 # A source checkout (or an unpacked sdist), as opposed to tests copied beside an installed wheel.
 SOURCE_TREE = all(

@@ -1,5 +1,6 @@
-"""File-level operations of SQLiteStore: renaming a node, backup, vacuum, integrity check,
-listing sizes, facts about the file (public API; the command line is built on them).
+"""The store's maintenance, operations on its file as a whole: renaming a node, backup,
+vacuum, integrity check, listing sizes, facts about the file (public API; the command line is
+built on them).
 
 A mixin of SQLiteStore, which holds the store's `Session` (`_session`, _session.py): every
 operation reaches the file through it.

@@ -1,6 +1,6 @@
-"""Opening a SQLiteStore file: creating it atomically, checking it against the format, the
-journal policy and the write connection's durability, and what a read-only open tidies (a hot
-journal rolled back, the WAL sidecars it made removed).
+"""Setting a SQLiteStore file up for use: creating it atomically, checking it against the
+format, the journal policy and the write connection's durability, and what a read-only open
+tidies (a hot journal rolled back, the WAL sidecars it made removed).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pytest
 import zarrdb
 from zarrdb import _core
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VENDOR = ROOT / "vendor" / "sqlite3"
 
 # The pinned amalgamation, as published upstream (not derived from the files in the tree).

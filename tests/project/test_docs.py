@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from zarrdb import SQLiteStore
-from zarrdb._file_ops import FileOperations
+from zarrdb._store_maintenance import FileOperations
 from zarrdb._reading import Reads
 from zarrdb.cli.framework import COMMANDS, build_parser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 HOOKS = ROOT / "scripts" / "docs_hooks.py"
 

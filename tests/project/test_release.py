@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from test_packaging import CP, PYTHONS  # tests/ is on sys.path (pytest's rootdir)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 WORKFLOWS = ROOT / ".github" / "workflows"
 INSTALLED = os.environ.get("ZARRDB_TEST_INSTALLED") == "1"
