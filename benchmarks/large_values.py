@@ -202,7 +202,9 @@ def shard_reads(args: argparse.Namespace, root: Path, out: list[dict[str, Any]],
 
     def all_blocks(arr: Any) -> None:
         async def go() -> None:
-            aarr = arr._async_array
+            from zarrdb import _compat
+
+            aarr = _compat.async_array(arr)
             await asyncio.gather(*(aarr.getitem((slice(i, i + shard), slice(j, j + shard),
                                                  slice(k, k + shard))) for i, j, k in blocks))
         asyncio.run(go())
@@ -229,7 +231,7 @@ def shard_reads(args: argparse.Namespace, root: Path, out: list[dict[str, Any]],
 def gathered(args: argparse.Namespace, root: Path, out: list[dict[str, Any]], rep: int) -> None:
     from zarr.buffer import default_buffer_prototype
 
-    from zarrdb import _writing
+    from zarrdb import _compat, _writing
 
     value = default_buffer_prototype().buffer.from_bytes(os.urandom(1024))
     kinds = ["zarrdb", "zarrdb-whole", "zarrdb-single", "zarrdb-wal", "memory"]
@@ -247,8 +249,7 @@ def gathered(args: argparse.Namespace, root: Path, out: list[dict[str, Any]], re
             for name, setting in variants.get(variant, {}).items():
                 setattr(_writing, name, setting)
             store = make_store("zarrdb" if variant else kind, path)
-            if hasattr(store, "_ensure_open"):
-                asyncio.run(store._ensure_open())  # the file made, as a store opened by zarr
+            asyncio.run(_compat.ensure_open(store))  # the file made, as a store opened by zarr
 
             async def writes(store: Any, base: int) -> None:
                 for start in range(0, 2000, 100):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from zarrdb import _copy_engine as engine
-from zarrdb import _places, _zipfiles
+from zarrdb import _compat, _places, _zipfiles
 
 if TYPE_CHECKING:
     from zarr.abc.store import Store
@@ -96,10 +96,10 @@ async def open_source(source: Any) -> Source:
     from zarrdb import SQLiteStore, remote
 
     if isinstance(source, StorePath):
-        await source.store._ensure_open()
+        await _compat.ensure_open(source.store)
         return await _checked_source(source.store, source.path, owned=False)
     if isinstance(source, Store):
-        await source._ensure_open()
+        await _compat.ensure_open(source)
         return await _checked_source(source, "", owned=False)
     local = _local_path(source)
     if local is not None:
@@ -119,19 +119,17 @@ async def open_source(source: Any) -> Source:
             return Source(store, "", True, entries)
         else:
             raise ValueError(f"{local}: is neither a .zarrdb file, a zip file nor a directory")
-        await store._ensure_open()
+        await _compat.ensure_open(store)
         return Source(store, "", True)
     if isinstance(source, str) and remote.is_url(source):
         lower = source.split("?", 1)[0].lower()
         if lower.endswith(ZARRDB_SUFFIXES):
             remote_store = SQLiteStore(source, read_only=True)
-            await remote_store._ensure_open()
+            await _compat.ensure_open(remote_store)
             return Source(remote_store, "", True)
         if _zipfiles.is_zip_name(lower):
             raise ValueError(f"{source}: a zip file at a URL is not read in place; download it")
-    from zarr.storage._common import make_store_path  # what zarr's own functions accept
-
-    store_path = await make_store_path(source, mode="r")
+    store_path = await _compat.store_path(source, mode="r")  # what zarr's own functions accept
     return await _checked_source(store_path.store, store_path.path, owned=True)
 
 
@@ -154,7 +152,7 @@ async def open_dest(dest: Any, if_exists: IfExists, dest_path: str | None) -> De
         store = dest.store if isinstance(dest, StorePath) else dest
         if store.read_only:
             raise ValueError(f"{store}: the destination store is read-only")
-        await store._ensure_open()
+        await _compat.ensure_open(store)
         kind = _kind_of(store)
         prefix = dest.path if isinstance(dest, StorePath) else ""
         return Dest(store, prefix, False, kind, existed=True)
@@ -166,9 +164,7 @@ async def open_dest(dest: Any, if_exists: IfExists, dest_path: str | None) -> De
                 f"{dest}: a .zarrdb or zip file is written locally; upload it when complete "
                 "(`zarrdb copy FILE URL` uploads a .zarrdb)"
             )
-        from zarr.storage._common import make_store_path
-
-        store_path = await make_store_path(dest, mode="a")
+        store_path = await _compat.store_path(dest, mode="a")
         return Dest(store_path.store, store_path.path, True, "other", existed=True)
     lower = local.lower()
     exists = os.path.lexists(local)
@@ -199,13 +195,13 @@ async def open_dest(dest: Any, if_exists: IfExists, dest_path: str | None) -> De
         store = (
             SQLiteStore(local) if kind == "zarrdb" else LocalStore(local, read_only=False)
         )
-        await store._ensure_open()
+        await _compat.ensure_open(store)
         return Dest(store, "", True, kind, existed=True, final=local)
     temporary = _places.temporary_sibling(local)
     _places.make_private(temporary)
     try:
         store = SQLiteStore(temporary) if kind == "zarrdb" else LocalStore(temporary)
-        await store._ensure_open()
+        await _compat.ensure_open(store)
     except BaseException:
         _places.discard(temporary)
         raise

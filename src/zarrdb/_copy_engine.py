@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from zarrdb import _zipfiles
+from zarrdb import _compat, _zipfiles
 
 if TYPE_CHECKING:
     from zarr.abc.buffer import Buffer
@@ -109,7 +109,7 @@ async def _fsspec_sizes(store: Any, prefix: str) -> dict[str, int] | None:
     where = f"{root}/{prefix}".rstrip("/") if root else prefix.rstrip("/")
     try:
         if getattr(fs, "async_impl", False):
-            found = await fs._find(where, detail=True)
+            found = await _compat.fsspec_find(fs, where)
         else:
             found = await asyncio.to_thread(fs.find, where, detail=True)
     except (OSError, NotImplementedError, TypeError, ValueError):

@@ -21,6 +21,7 @@ import zarr
 import zarr.codecs
 from zarr.buffer import default_buffer_prototype
 
+from zarrdb import _compat
 from zarrdb.cli.bench.context import (
     WINDOW,
     Context,
@@ -170,7 +171,7 @@ class GatheredSet:
         self.store = self.kind.make(self.path, False)
         # Opened here, untimed, as zarr opens a store before it writes: the timed part is the
         # sets (for zarrdb, making the file is a few synced writes of its own).
-        run_async(self.store._ensure_open())
+        run_async(_compat.ensure_open(self.store))
 
     async def _writes(self) -> None:
         for start in range(0, self.n, self.BATCH):
