@@ -35,6 +35,7 @@ SKIPS = {"valgrind": VALGRIND_SKIPS, "asan": ASAN_SKIPS}
 # and documentation, and run no code of the extension beyond importing it (which every other
 # file does); the tests steps of CI run them.
 ASAN_SKIP_FILES = {
+    "tests/project/test_collection.py": "collects the suite in another pytest process",
     "tests/project/test_dev_script.py": "tests scripts/dev.sh",
     "tests/project/test_docs.py": "tests the documentation's sources",
     "tests/project/test_find_python.py": "tests scripts/find_python.sh",

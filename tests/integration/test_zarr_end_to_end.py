@@ -914,24 +914,35 @@ def test_reopen_after_close(store: SQLiteStore, path: Path) -> None:
 # --- transactions ------------------------------------------------------------------------------
 
 
+def _commits_so_far(path: Path) -> int:
+    """The file's change counter (header offset 24), which SQLite raises by one at every commit
+    while the file is in a rollback journal (journal="delete")."""
+    with open(path, "rb") as f:
+        return int.from_bytes(f.read(28)[24:28], "big")
+
+
 async def test_transaction_with_zarr_async_api(path: Path) -> None:
     """`async with store.transaction()` around zarr's async API: one commit, or none."""
     from zarr.api.asynchronous import create_array
 
-    store = SQLiteStore(path)
+    store = SQLiteStore(path, journal="delete")  # a rollback journal: commits are counted
     try:
         arr = await create_array(
             store, name="a", shape=(20,), chunks=(4,), dtype="int32", fill_value=0
         )
         data = np.arange(20, dtype="int32")
+        before = _commits_so_far(path)
         async with store.transaction():
-            await arr.setitem(slice(None), data)
+            await arr.setitem(slice(None), data)  # five chunks
             np.testing.assert_array_equal(await arr.getitem(slice(None)), data)
+            assert _commits_so_far(path) == before
+        assert _commits_so_far(path) == before + 1
         np.testing.assert_array_equal(await arr.getitem(slice(None)), data)
         with pytest.raises(RuntimeError, match="roll back"):
             async with store.transaction():
                 await arr.setitem(slice(0, 10), np.full(10, -1, dtype="int32"))
                 raise RuntimeError("roll back")
+        assert _commits_so_far(path) == before + 1
         np.testing.assert_array_equal(await arr.getitem(slice(None)), data)
     finally:
         store.close()
