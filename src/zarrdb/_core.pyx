@@ -110,14 +110,6 @@ if (
 
 # Values at least this long are read with the blob API (no intermediate copy inside SQLite).
 DEF _BLOB_READ_MIN = 65536
-# Not SQLite codes: a listing met a NULL key (a foreign writer broke the schema's rules), or
-# keys out of order (a damaged index); a read met a NULL value (the same rules broken).
-DEF _NULL_KEY = -77
-DEF _OUT_OF_ORDER = -78
-DEF _NULL_VALUE = -80
-# Not an SQLite code: a value claims more bytes than the file had when last asked (see
-# Database._check_claim).
-DEF _CLAIM = -79
 # A long statement run by the main thread lets Python's signal handlers run every so many
 # SQLite steps (see Database._watch); each look takes the GIL (about a microsecond). At 100,000
 # a signal is seen within milliseconds, and counting 100,000 keys takes no measurably longer
@@ -219,6 +211,7 @@ def _library_info():
     )
 
 
+include "_exceptions.pxi"
 include "_statements.pxi"
 
 
@@ -426,21 +419,14 @@ cdef class Database:
         with nogil:
             rc = sqlite3_open_v2(c_target, &handle, flags, c_vfs)
         if rc != SQLITE_OK:
-            err = _errors.sqlite_error(
-                rc,
-                sqlite3_extended_errcode(handle) if handle != NULL else rc,
-                (sqlite3_errmsg(handle) if handle != NULL else sqlite3_errstr(rc)).decode(
-                    "utf-8", "replace"
-                ),
-                filename=path,
-                context="cannot open",
-            )
+            err = _sqlite_exception(rc, handle, path, "cannot open")
             with nogil:
                 sqlite3_close_v2(handle)
             raise err
         self.db = handle
         self.pid = zarrdb_getpid()
-        self.path = path
+        if self.path is None:  # (a subclass may have named the file already: a remote URL)
+            self.path = path
         self.readonly = mode == "r"
         try:
             with nogil:
@@ -580,20 +566,18 @@ cdef class Database:
             return 1
         return 0
 
+    @cython.final
     cdef object _error(self, int rc, str context=""):
-        """The exception for `rc`; call before anything else touches the connection. A
-        statement a signal interrupted gives what the signal handler raised."""
-        cdef int xrc = sqlite3_extended_errcode(self.db)
+        """The exception for `rc` on this connection; call before anything else touches it.
+        What a kind of connection knows beyond SQLite (_error_beyond) and a signal handler's
+        exception (a statement it interrupted) come first; else the one builder's.
+        Final: a subclass adds to it through _error_beyond, it cannot replace it."""
+        beyond = self._error_beyond(rc)
         if self._interruption is not None:
             raised, self._interruption = self._interruption, None
             return raised
-        if (xrc & 0xFF) != (rc & 0xFF):
-            # a code of zarrdb's own (SQLITE_NOMEM when a listing's buffer cannot grow), not
-            # the connection's last error
-            xrc = rc
-            message = sqlite3_errstr(rc).decode("utf-8", "replace")
-        else:
-            message = sqlite3_errmsg(self.db).decode("utf-8", "replace")
+        if beyond is not None:
+            return beyond
         if (rc & 0xFF) == SQLITE_CANTOPEN and self.beside is not None:
             # The guarded VFS refused a -wal or -journal put beside the file after it was
             # opened: say which, as the check at open would have.
@@ -601,10 +585,12 @@ cdef class Database:
                 _beside.check(self.path)
             except _errors.SidecarError as exc:
                 return exc
-        if (rc & 0xFF) in (SQLITE_BUSY, SQLITE_LOCKED):
-            waited = f"gave up after waiting {self._busy_timeout:g} s for a lock"
-            context = f"{context}: {waited}" if context else waited
-        return _errors.sqlite_error(rc, xrc, message, filename=self.path, context=context)
+        return _sqlite_exception(rc, self.db, self.path, context, self._busy_timeout)
+
+    cdef object _error_beyond(self, int rc):
+        """What a subclass knows of a failure that SQLite does not (None: nothing); called for
+        every failure, so that it can forget what it kept for one."""
+        return None
 
     cdef int _raise(self, int rc, sqlite3_stmt* stmt, str context="") except -1:
         """Raise the exception for `rc` (built while SQLite's message is still the connection's),
@@ -1599,11 +1585,6 @@ cdef class Database:
         cdef int waited_ms = 0
         cdef int limit_ms = self._busy_ms()
 
-        def failed(rc, context=""):  # the exception for the copy's connection
-            return _errors.sqlite_error(rc, sqlite3_extended_errcode(dest),
-                                        sqlite3_errmsg(dest).decode("utf-8", "replace"),
-                                        filename=where, context=context)
-
         if os.path.exists(path) and os.path.exists(self.path) and os.path.samefile(path, self.path):
             raise ValueError(f"cannot back up {self.path!r} onto itself")
         self._enter()
@@ -1616,11 +1597,11 @@ cdef class Database:
                 if rc == SQLITE_OK:
                     rc = _harden(dest)
                 if rc != SQLITE_OK:
-                    raise failed(rc, "cannot create the copy")
+                    raise _sqlite_exception(rc, dest, where, "cannot create the copy")
                 sqlite3_busy_timeout(dest, limit_ms)
                 backup = sqlite3_backup_init(dest, "main", self.db, "main")
                 if backup == NULL:
-                    raise failed(sqlite3_errcode(dest), "cannot start the backup")
+                    raise _sqlite_exception(sqlite3_errcode(dest), dest, where, "cannot start the backup")
                 with nogil:
                     while True:
                         rc = sqlite3_backup_step(backup, pages)
@@ -1633,15 +1614,11 @@ cdef class Database:
                             break
                     sqlite3_backup_finish(backup)
                 if rc != SQLITE_DONE:
-                    context = "backup failed"
-                    if rc == SQLITE_BUSY or rc == SQLITE_LOCKED:
-                        context = f"backup failed: gave up after waiting {self._busy_timeout:g} s for a lock"
-                    raise _errors.sqlite_error(rc, rc, sqlite3_errstr(rc).decode("utf-8", "replace"),
-                                               filename=where, context=context)
+                    raise _sqlite_exception(rc, dest, where, "backup failed", self._busy_timeout)
                 with nogil:
                     rc = sqlite3_exec(dest, "PRAGMA journal_mode = DELETE", NULL, NULL, NULL)
                 if rc != SQLITE_OK:
-                    raise failed(rc)
+                    raise _sqlite_exception(rc, dest, where)
             finally:
                 with nogil:
                     sqlite3_close_v2(dest)

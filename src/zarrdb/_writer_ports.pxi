@@ -150,14 +150,11 @@ cdef object _write_error(Writer writer, int rc, int xrc, str message, object key
             filename=path,
         )
     context = f"cannot write {key!r}"
-    if rc == W_ERR_NOMEM:  # the writer's own allocation: SQLite's code, through the same table
-        rc = xrc = SQLITE_NOMEM
-        message = sqlite3_errstr(SQLITE_NOMEM).decode("utf-8", "replace")
-    if (rc & 0xFF) in (SQLITE_BUSY, SQLITE_LOCKED):
-        context += f": gave up after waiting {writer.busy_timeout:g} s for a lock"
     if note is not None:
         context += f" ({note})"
-    return _errors.sqlite_error(rc, xrc, message, filename=path, context=context)
+    if rc == W_ERR_NOMEM:  # the writer's own allocation: SQLite's code and its text
+        return _sqlite_exception(SQLITE_NOMEM, NULL, path, context)
+    return _sqlite_exception(rc, NULL, path, context, writer.busy_timeout, xrc, message)
 
 
 cdef class Port:
