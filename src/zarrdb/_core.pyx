@@ -1542,16 +1542,27 @@ cdef class Database:
                 raise ValueError(f"journal mode must be one of {_JOURNAL_MODES}, not {mode!r}")
             if mode == "off" and self.db != NULL:
                 # Defensive mode refuses OFF to SQL; here zarrdb's caller chose it, not a file.
-                sqlite3_db_config(self.db, SQLITE_DBCONFIG_DEFENSIVE, 0, <int*>NULL)
+                self._defensive(0)
                 try:
                     result = self.pragma("journal_mode", mode)
                 finally:
-                    sqlite3_db_config(self.db, SQLITE_DBCONFIG_DEFENSIVE, 1, <int*>NULL)
+                    self._defensive(1)
             else:
                 result = self.pragma("journal_mode", mode)
         else:
             result = self.pragma("journal_mode")
         return str(result).lower()
+
+    cdef int _defensive(self, int on) except -1:
+        """Turn SQLite's defensive mode on or off; a connection that cannot turn it back on
+        is closed (it would go on trusting the file's SQL)."""
+        cdef int rc = sqlite3_db_config(self.db, SQLITE_DBCONFIG_DEFENSIVE, on, <int*>NULL)
+        if rc != SQLITE_OK:
+            err = _sqlite_exception(rc, self.db, self.path, "cannot set defensive mode on")
+            if on:
+                self._close()
+            raise err
+        return 0
 
     def integrity_check(self, max_errors=100):
         """SQLite's integrity check: the problems found, an empty list when the file is sound."""
@@ -1584,6 +1595,7 @@ cdef class Database:
         cdef const char* c_target = target
         cdef int waited_ms = 0
         cdef int limit_ms = self._busy_ms()
+        cdef int finished
 
         if os.path.exists(path) and os.path.exists(self.path) and os.path.samefile(path, self.path):
             raise ValueError(f"cannot back up {self.path!r} onto itself")
@@ -1612,7 +1624,10 @@ cdef class Database:
                             waited_ms += 10
                         elif rc != SQLITE_OK:
                             break
-                    sqlite3_backup_finish(backup)
+                    # The error of a step that failed, again (rc has it), or of its own.
+                    finished = sqlite3_backup_finish(backup)
+                    if rc == SQLITE_DONE and finished != SQLITE_OK:
+                        rc = finished
                 if rc != SQLITE_DONE:
                     raise _sqlite_exception(rc, dest, where, "backup failed", self._busy_timeout)
                 with nogil:

@@ -4,6 +4,14 @@
 # A connection adds what it knows beyond SQLite (Database._error: a signal handler's exception,
 # a sidecar planted after open, a remote file's failed fetch), never replacing this.
 # Included into _core.pyx before anything that raises.
+#
+# Every SQLite call's result is checked, or the call is one of these, whose result says
+# nothing a caller could act on: sqlite3_reset and sqlite3_finalize (they repeat the error of
+# the statement's last step, already turned into an exception, or SQLITE_OK); sqlite3_close_v2
+# (SQLITE_OK for any open handle: the close waits for the last statement's finalization);
+# sqlite3_limit, sqlite3_busy_handler, sqlite3_busy_timeout, sqlite3_progress_handler and
+# sqlite3_wal_hook (the previous setting, or SQLITE_OK: they fail only on a NULL handle).
+# Other unchecked calls say why where they are made.
 
 # Result codes of zarrdb's own, not SQLite's (SQLite's are all >= 0). A listing met a NULL key
 # (a foreign writer broke the schema's rules), or keys out of order (a damaged index); a read

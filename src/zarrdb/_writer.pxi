@@ -276,9 +276,11 @@ cdef void _hold_spill(WState* w) noexcept nogil:
 
 cdef void _release_spill(WState* w) noexcept nogil:
     """After the batch's commit: SQLite's default threshold again (1: spill once the cache is
-    full)."""
-    if w.spill.held:
-        sqlite3_exec(w.db, "PRAGMA cache_spill = 1", NULL, NULL, NULL)
+    full). If that fails, the threshold stays marked held and is reset after the next batch:
+    until then the cache may hold one more batch's pages."""
+    if not w.spill.held:
+        return
+    if sqlite3_exec(w.db, "PRAGMA cache_spill = 1", NULL, NULL, NULL) == SQLITE_OK:
         w.spill.held = 0
 
 
@@ -320,7 +322,9 @@ cdef int _end(WState* w, WSub** subs, Py_ssize_t n, bint joined, int rc,
         return SQLITE_OK
     for i in range(n):
         _fail(w, subs[i], rc, bad_op if i == bad_sub else -1)
-    # Undo what the batch did (SQLite may have rolled back already).
+    # Undo what the batch did (SQLite may have rolled back already). The rollback's own
+    # failure is not recorded: the callers get the batch's error, and a connection left in
+    # the transaction fails the next batch's BEGIN, which reports it.
     if joined:
         if not sqlite3_get_autocommit(w.db):
             _step_done(w.st[<int>S_ROLLBACK_TO])
