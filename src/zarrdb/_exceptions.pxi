@@ -16,7 +16,7 @@
 # Result codes of zarrdb's own, not SQLite's (SQLite's are all >= 0). A listing met a NULL key
 # (a foreign writer broke the schema's rules), or keys out of order (a damaged index); a read
 # met a NULL value (the same rules broken); a value claims more bytes than the file had when
-# last asked (see Database._check_claim).
+# last asked (see _check_claim in _reads.pxi).
 DEF _NULL_KEY = -77
 DEF _OUT_OF_ORDER = -78
 DEF _CLAIM = -79
