@@ -400,7 +400,9 @@ cdef class Database:
 
     def get_into(self, key, out):
         """Copy the value into the writable buffer `out`; its length, or None if missing.
-        ValueError (nothing copied) if `out` is smaller than the value."""
+        ValueError (nothing copied) if `out` is smaller than the value. A test hook (test
+        builds only)."""
+        _test_hook("Database.get_into")
         return _get_into(self, key, out)
 
     def get_range(self, key, start, length):
@@ -537,7 +539,9 @@ cdef class Database:
 
     def length_limit(self, value=-1):
         """The longest string or blob this connection binds or builds (SQLITE_LIMIT_LENGTH);
-        `value` >= 0 sets it first (at most the compiled-in maximum). Returns the limit before."""
+        `value` >= 0 sets it first (at most the compiled-in maximum). Returns the limit before.
+        A test hook (test builds only)."""
+        _test_hook("Database.length_limit")
         return _length_limit(self, value)
 
     def pragma(self, name, value=None):

@@ -140,6 +140,33 @@ def _library_info():
     )
 
 
+cdef extern from *:
+    """
+    #ifdef ZARRDB_TEST_VFS
+    #define ZARRDB_TEST_HOOKS 1
+    #else
+    #define ZARRDB_TEST_HOOKS 0
+    #endif
+    """
+    int ZARRDB_TEST_HOOKS
+
+# Whether this build has the engine's test hooks (Writer.holding, Database.get_into,
+# Database.length_limit): test builds only (ZARRDB_TEST_VFS=1 at build time, as scripts/dev.sh
+# does), as the power-loss simulator and the pause points. zarrdb itself uses none of them.
+_TEST_HOOKS = bool(ZARRDB_TEST_HOOKS)
+
+
+cdef int _test_hook(str name) except -1:
+    """NotImplementedError where the test hooks are not built (the compiler then drops the
+    rest of the hook: its condition is a constant)."""
+    if not ZARRDB_TEST_HOOKS:
+        raise NotImplementedError(
+            f"{name} is a test hook: only test builds of zarrdb have it (built with "
+            "ZARRDB_TEST_VFS=1, as scripts/dev.sh does)"
+        )
+    return 0
+
+
 # The engine's rooms, one per object, joined into this one compiled unit (as apsw joins
 # connection.c, blob.c and backup.c). The order matters for DEF constants and C types only.
 include "_exceptions.pxi"  # result codes to exceptions: the one builder

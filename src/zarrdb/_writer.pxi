@@ -17,8 +17,10 @@
 # Admission: a submitter waits while the queue holds queue_max bytes. What the transaction
 # deferred stays counted for the writes outside it, but not for the writes that join it: only
 # the transaction's end frees that room, and its block may be the one waiting (see _has_room).
-# Python code that needs the connection itself (transactions, reads inside them, maintenance)
-# holds it through Writer.holding(): the thread finishes its batch and waits.
+# Python code that needs the connection itself (reads inside a transaction, maintenance) holds
+# it through Writer.call_holding(): the thread finishes its batch and waits. (Writer.holding(),
+# a context manager, is the tests' form, in test builds only: see call_holding for why zarrdb
+# itself does not use one.)
 
 from collections import deque as _deque
 
@@ -1098,7 +1100,9 @@ cdef class Writer:
         once everything queued so far is written (with `drain`), given back at the end. For
         tests and interactive use; zarrdb itself uses call_holding (see there why): if a
         signal's exception skips `__exit__`, the connection is given back when the holder is
-        dropped (at once, as the exception unwinds the `with` statement)."""
+        dropped (at once, as the exception unwinds the `with` statement). A test hook (test
+        builds only)."""
+        _test_hook("Writer.holding")
         return _Holding(self, drain)
 
     @property
