@@ -10,6 +10,7 @@ cdef class Submission:
     """One caller's writes, queued on a Writer. `future` is the caller's (the store settles it
     when the submission comes out of its Port)."""
 
+    # All used with the GIL; `sub` is the C side, whose fields say who owns them (WSub).
     cdef WSub* sub
     cdef _Buffers buffers  # the values' buffers, released when the writer is done
     cdef list keep  # what the queued pointers point into
@@ -162,6 +163,7 @@ cdef class Port:
     readable (watch it with add_reader), `drain()` returns them. Where there is no descriptor
     (`has_fd` false: Windows), `wait()` blocks until there is something to drain."""
 
+    # All used with the GIL; `port` is the C side, whose fields say who owns them (WPort).
     cdef WPort* port
     cdef Writer writer
     cdef readonly bint has_fd
