@@ -4,48 +4,6 @@
 # _connection_open.pxi. Included into _core.pyx.
 
 
-cdef class _Atomic:
-    """Context manager from Database._atomic(): BEGIN IMMEDIATE .. COMMIT, or a savepoint
-    inside the open transaction; an exception rolls that level back and propagates. The same
-    begin/end the writer thread's batches and explicit transactions use (_begin_if_needed,
-    _finish)."""
-
-    cdef Database db
-    cdef int began
-
-    def __cinit__(self, Database db):
-        self.db = db
-        self.began = 0
-
-    def __enter__(self):
-        db = self.db
-        db._enter()
-        try:
-            self.began = db._begin_if_needed(S_BEGIN_WRITE)
-        finally:
-            db._leave()
-        return db
-
-    def __exit__(self, exc_type, exc, tb):
-        db = self.db
-        db._enter()
-        try:
-            if sqlite3_get_autocommit(db.db):
-                if exc_type is None:
-                    # SQLite rolled the transaction back itself after an error inside the
-                    # block (a full disk, say) that the block caught: nothing of it is stored.
-                    raise _errors.SQLiteError(
-                        f"{db.path!r}: the transaction was rolled back after an error inside "
-                        "it; nothing of it was written",
-                        filename=db.path,
-                    )
-                return False
-            db._finish(self.began, exc_type is None)
-        finally:
-            db._leave()
-        return False
-
-
 cdef class Database:
     """One SQLite connection to a file with a `zarr(k TEXT PRIMARY KEY, v BLOB)` table.
 
@@ -493,17 +451,7 @@ cdef class Database:
         uses this, not `with _atomic()`: on CPython 3.14 a signal's exception can be raised as
         the compiled __enter__ returns, before the block is protected, which would leave the
         transaction open on the connection (see Writer.call_holding)."""
-        cdef _Atomic unit = _Atomic(self)
-        cdef bint ok = False
-        unit.__enter__()
-        try:
-            result = fn(self)
-            ok = True
-        finally:
-            # A failed block: any exception type tells __exit__ to roll back; the block's own
-            # exception propagates after it.
-            unit.__exit__(None if ok else BaseException, None, None)
-        return result
+        return _atomic_call(self, fn)
 
     # --- maintenance and plain SQL ----------------------------------------------------------
 

@@ -1,7 +1,64 @@
-# Database's maintenance and plain SQL: checkpoints, the journal mode, integrity check, VACUUM,
-# backup, and the general execute() of tests, the conformance checker and schema work. Each
-# function here is a method of Database (its first argument, `self`); the class
-# (_connection.pxi) lists them. Included into _core.pyx after the class.
+# Database's maintenance and plain SQL: the units of schema work (_Atomic), checkpoints, the
+# journal mode, integrity check, VACUUM, backup, and the general execute() of tests, the
+# conformance checker and schema work. Each function here is a method of Database (its first
+# argument, `self`); the class (_connection.pxi) lists them. Included into _core.pyx after the
+# class.
+
+
+cdef class _Atomic:
+    """Context manager from Database._atomic(): BEGIN IMMEDIATE .. COMMIT, or a savepoint
+    inside the open transaction; an exception rolls that level back and propagates. The same
+    begin/end the writer thread's batches and explicit transactions use (_begin_if_needed,
+    _finish)."""
+
+    cdef Database db
+    cdef int began
+
+    def __cinit__(self, Database db):
+        self.db = db
+        self.began = 0
+
+    def __enter__(self):
+        db = self.db
+        db._enter()
+        try:
+            self.began = db._begin_if_needed(S_BEGIN_WRITE)
+        finally:
+            db._leave()
+        return db
+
+    def __exit__(self, exc_type, exc, tb):
+        db = self.db
+        db._enter()
+        try:
+            if sqlite3_get_autocommit(db.db):
+                if exc_type is None:
+                    # SQLite rolled the transaction back itself after an error inside the
+                    # block (a full disk, say) that the block caught: nothing of it is stored.
+                    raise _errors.SQLiteError(
+                        f"{db.path!r}: the transaction was rolled back after an error inside "
+                        "it; nothing of it was written",
+                        filename=db.path,
+                    )
+                return False
+            db._finish(self.began, exc_type is None)
+        finally:
+            db._leave()
+        return False
+
+
+cdef object _atomic_call(Database self, object fn):
+    cdef _Atomic unit = _Atomic(self)
+    cdef bint ok = False
+    unit.__enter__()
+    try:
+        result = fn(self)
+        ok = True
+    finally:
+        # A failed block: any exception type tells __exit__ to roll back; the block's own
+        # exception propagates after it.
+        unit.__exit__(None if ok else BaseException, None, None)
+    return result
 
 
 cdef tuple _checkpoint(Database self, object mode):
