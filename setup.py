@@ -19,6 +19,7 @@ information: it is compiled without, and on Linux linked with the debug sections
 function names stay, for readable crash stacks.
 """
 
+import glob
 import os
 import sys
 
@@ -119,24 +120,10 @@ extension = Extension(
     include_dirs=include_dirs,
     define_macros=macros,
     libraries=libraries,
-    depends=[
-        "src/zarrdb/_sqlite3.pxd",
-        "src/zarrdb/_sqlite_amalgamation.h",
-        "src/zarrdb/_writer.pxi",
-        "src/zarrdb/_writer_checkpoint.pxi",
-        "src/zarrdb/_writer_ports.pxi",
-        "src/zarrdb/_writer_upkeep.pxi",
-        "src/zarrdb/_zthreads.h",
-        "src/zarrdb/_zthreads.pxd",
-        "src/zarrdb/_ops.pxi",
-        "src/zarrdb/_statements.pxi",
-        "src/zarrdb/_remote_vfs.pxi",
-        "src/zarrdb/_remote_vfs.h",
-        "src/zarrdb/_vfs_powerloss.pxi",
-        "src/zarrdb/_vfs_powerloss.h",
-        "src/zarrdb/_pause_points.pxi",
-        "src/zarrdb/_pause_points.h",
-    ]
+    # The engine's rooms (every .pxi, .pxd and .h beside _core.pyx): a change to any rebuilds.
+    depends=sorted(
+        glob.glob("src/zarrdb/*.pxi") + glob.glob("src/zarrdb/*.pxd") + glob.glob("src/zarrdb/*.h")
+    )
     + ([] if SYSTEM_SQLITE else ["vendor/sqlite3/sqlite3.c", "vendor/sqlite3/sqlite3.h"]),
 )
 

@@ -150,7 +150,8 @@ class Database(_FileStatements):
 
     def get_into(self, key: str, out: Buffer) -> int | None:
         """Copy the value into the writable buffer `out`; returns its length, or None if the
-        key is missing. ValueError (nothing copied) if `out` is smaller than the value."""
+        key is missing. ValueError (nothing copied) if `out` is smaller than the value. A test
+        hook: NotImplementedError outside test builds (ZARRDB_TEST_VFS=1)."""
 
     def get_range(self, key: str, start: int, length: int | None) -> bytes | None:
         """Bytes [start, start+length) of the value, clamped to its end; length None: to the
@@ -211,7 +212,10 @@ class Database(_FileStatements):
 
     def limits(self) -> dict[str, int]: ...
     def set_limit(self, name: str, value: int) -> int: ...
-    def length_limit(self, value: int = -1) -> int: ...
+    def length_limit(self, value: int = -1) -> int:
+        """SQLITE_LIMIT_LENGTH before setting it to `value` (>= 0). A test hook:
+        NotImplementedError outside test builds (ZARRDB_TEST_VFS=1)."""
+
     def pragma(self, name: str, value: int | str | None = None) -> Any: ...
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
     def executescript(self, sql: str) -> None: ...
@@ -355,8 +359,8 @@ class Writer:
     def holding(self, drain: bool = True) -> AbstractContextManager[Database, bool]:
         """The write connection for a `with` block, taken from the thread once everything
         queued so far is written (with `drain`), given back at the end (or when the holder is
-        dropped, if a signal's exception skipped `__exit__`). For tests; zarrdb uses
-        call_holding."""
+        dropped, if a signal's exception skipped `__exit__`). A test hook: NotImplementedError
+        outside test builds (ZARRDB_TEST_VFS=1); zarrdb uses call_holding."""
 
     @property
     def in_transaction(self) -> bool: ...

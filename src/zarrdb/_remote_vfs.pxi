@@ -228,14 +228,15 @@ cdef class RemoteDatabase(Database):
 
     def __init__(self, RemoteFile source not None, *, busy_timeout=5.0, cache_size=None):
         self.source = source
+        self.path = source.url  # in messages, from the first (not the VFS's name for it)
         Database.__init__(self, source.name, mode="r", vfs=REMOTE_VFS,
                           busy_timeout=busy_timeout, cache_size=cache_size, mmap_size=0,
                           cell_size_check=True)
-        self.path = source.url
 
     cdef void _span(self, int64_t nbytes):
         cdef sqlite3_int64 value = nbytes
         if self.db != NULL:
+            # A hint for the block cache's next miss: without it the read still works.
             sqlite3_file_control(self.db, "main", ZR_FCNTL_SPAN, &value)
 
     def get(self, key):
@@ -262,25 +263,23 @@ cdef class RemoteDatabase(Database):
         finally:
             self._span(0)
 
-    cdef object _error(self, int rc, str context=""):
+    cdef object _error_beyond(self, int rc):
+        """A fetch that failed in this thread for this file: SQLite saw SQLITE_IOERR_READ;
+        the caller gets the fetch's exception (a signal handler's, say, as it is)."""
         failure = getattr(_fetch_failures, "last", None)
         _fetch_failures.last = None
-        if failure is not None and failure[0] is self.source and (rc & 0xFF) == SQLITE_IOERR:
-            exc = failure[1]
-            if isinstance(exc, _errors.ZarrDBError) or not isinstance(exc, Exception):
-                return exc
-            err = _errors.RemoteReadError(
-                f"cannot read {self.source.url!r}: {type(exc).__name__}: {exc}",
-                code=SQLITE_IOERR, extended_code=sqlite3_extended_errcode(self.db),
-                filename=self.source.url,
-            )
-            err.__cause__ = exc
-            return err
-        return _errors.sqlite_error(
-            rc, sqlite3_extended_errcode(self.db),
-            sqlite3_errmsg(self.db).decode("utf-8", "replace"),
-            filename=self.source.url, context=context,
+        if failure is None or failure[0] is not self.source or (rc & 0xFF) != SQLITE_IOERR:
+            return None
+        exc = failure[1]
+        if isinstance(exc, _errors.ZarrDBError) or not isinstance(exc, Exception):
+            return exc
+        err = _errors.RemoteReadError(
+            f"cannot read {self.source.url!r}: {type(exc).__name__}: {exc}",
+            code=SQLITE_IOERR, extended_code=sqlite3_extended_errcode(self.db),
+            filename=self.source.url,
         )
+        err.__cause__ = exc
+        return err
 
     def __dealloc__(self):
         self._close()  # while self.source still keeps the RemoteFile alive

@@ -17,8 +17,10 @@
 # Admission: a submitter waits while the queue holds queue_max bytes. What the transaction
 # deferred stays counted for the writes outside it, but not for the writes that join it: only
 # the transaction's end frees that room, and its block may be the one waiting (see _has_room).
-# Python code that needs the connection itself (transactions, reads inside them, maintenance)
-# holds it through Writer.holding(): the thread finishes its batch and waits.
+# Python code that needs the connection itself (reads inside a transaction, maintenance) holds
+# it through Writer.call_holding(): the thread finishes its batch and waits. (Writer.holding(),
+# a context manager, is the tests' form, in test builds only: see call_holding for why zarrdb
+# itself does not use one.)
 
 from collections import deque as _deque
 
@@ -33,31 +35,53 @@ cdef enum:
     SUB_RUNNING = 1
     SUB_DONE = 2
 
-cdef struct WPort:
-    int rfd
-    int wfd
-    int signaled
-    int closed
-    WSub* done_head
-    WSub* done_tail
+# Threads and locks. Three kinds of thread touch the state below: the writer thread (one per
+# Writer, never holding the GIL), the checkpointer thread (one per Writer in WAL mode, never
+# holding the GIL), and Python threads (submitters, waiters, event loops, the caller holding the
+# connection, close()). One mutex, WState.mu, guards what they share. The order is fixed: the
+# GIL first, then mu, and mu is only ever taken without the GIL (inside `with nogil`), so no
+# thread waits for the GIL while it holds mu; the C threads never take the GIL at all (the pause
+# points, which do in test builds, are never reached under mu). Beside each field:
+#   [mu]      read and written under WState.mu;
+#   [init]    set by Writer.__init__ before the threads start, read-only afterwards;
+#   [writer]  the writer thread's alone while it runs;
+#   [holder]  whoever has the connection: the writer thread, or the Python caller holding it
+#             (between Writer._hold and _release, when `held` is set), or Python once stopped;
+#   [atomic]  read and written with zt_load_acquire / zt_store_release, without the mutex;
+#   [ckpt]    the checkpointer thread's alone;
+#   [GIL]     Python objects and fields used only with the GIL.
+# Reads made without the lock on purpose say so where they are made (Writer.in_transaction,
+# Writer.transaction, Writer.in_wal, Writer.touch_skipped, Writer.checkpoint_failures): each is
+# a hint whose reader decides nothing by it that the lock does not decide again.
 
+cdef struct WPort:
+    int rfd  # [init of the Port] the descriptor an event loop watches (-1: none)
+    int wfd  # [init of the Port] the writer thread writes a byte here (under mu)
+    int signaled  # [mu] a byte is in the descriptor and not yet cleared by drain()
+    int closed  # [mu] close() was called: wait() returns
+    WSub* done_head  # [mu] finished submissions not yet drained, linked by done_next
+    WSub* done_tail  # [mu]
+
+# A submission belongs to its submitter until it is queued; then the queue's links are the
+# mutex's, its results the writer thread's while it runs, and its submitter reads them once it
+# has seen `state` == SUB_DONE (an acquire that pairs with the writer thread's release).
 cdef struct WSub:
-    WSub* next
-    WSub* done_next
-    WOp* ops
-    Py_ssize_t nops
-    int64_t nbytes
-    int64_t txn  # the explicit transaction it joined (0: none); set when it is queued
-    int64_t seq
-    int64_t queued_at  # monotonic microseconds
-    bint hinted  # its submitter calls Writer.flush() once it has queued what it has
-    int state
-    int rc
-    int xrc
-    Py_ssize_t failed
-    char* errmsg
-    int64_t changes
-    WPort* port
+    WSub* next  # [mu] the queue's (or the deferred list's) link
+    WSub* done_next  # [mu] its port's finished list's link
+    WOp* ops  # [init of the submission] read-only once queued
+    Py_ssize_t nops  # [init of the submission]
+    int64_t nbytes  # [init of the submission]
+    int64_t txn  # [mu] the explicit transaction it joined (0: none); set when it is queued
+    int64_t seq  # [mu] set when it is queued
+    int64_t queued_at  # [mu] monotonic microseconds
+    bint hinted  # [init of the submission] its submitter calls flush() once all is queued
+    int state  # [atomic] SUB_QUEUED -> SUB_RUNNING (under mu) -> SUB_DONE (release, last)
+    int rc  # [writer] then the submitter's once DONE
+    int xrc  # [writer] as rc
+    Py_ssize_t failed  # [writer] as rc: the failing operation (-1: none)
+    char* errmsg  # [writer] as rc; freed with the submission
+    int64_t changes  # [writer] as rc: rows written or deleted
+    WPort* port  # [init of the submission]; set NULL under mu if it joins a transaction
 
 # The writer's subsystems, each a struct of its own inside WState (their functions are in
 # _writer_checkpoint.pxi and _writer_upkeep.pxi).
@@ -66,110 +90,121 @@ cdef struct WSub:
 # held back to the cache's pages (cache_pages) plus the batch's; held: the threshold set for
 # the batch being written (0: SQLite's default).
 cdef struct WSpill:
-    int64_t min_bytes
-    int64_t max_bytes
-    int64_t cache_pages
-    int64_t page_size
-    int64_t held
+    int64_t min_bytes  # [init]
+    int64_t max_bytes  # [init]
+    int64_t cache_pages  # [init]
+    int64_t page_size  # [init]
+    int64_t held  # [writer]
 
 # The modified_at stamp: written with a batch at most once every every_ms.
 cdef struct WTouch:
-    sqlite3_stmt* st
-    int64_t every_ms
-    int64_t at
-    int skipped
+    sqlite3_stmt* st  # [holder] (prepared by __init__; the holder ending a transaction runs it)
+    int64_t every_ms  # [init]
+    int64_t at  # [holder]
+    int skipped  # [holder]; Writer.touch_skipped reads it unlocked (a report, after the fact)
 
 # The checkpointer: a thread that copies the write-ahead log into the file beside ingest
 # (SQLite would otherwise do it inside a commit, every 1000 pages), through a connection of
 # its own opened for each checkpoint (an idle open connection would keep the file in WAL
 # mode: SQLite cannot leave WAL mode while another connection has the log open).
+# The checkpointer's own connection is a local of its thread ([ckpt]); what it shares with the
+# writer thread's commit hook (_wal_hook, which runs under mu) is all [mu].
 cdef struct WCheckpointer:
-    char* path
-    int flags
-    int synchronous  # PRAGMA synchronous of the checkpointer's connection (0-3)
-    zt_thread thread
-    zt_cond cv
-    bint started
-    bint wanted
-    bint running
-    int64_t every  # frames: ask for a checkpoint when the log has this many
-    int64_t limit  # frames: a commit waits for the checkpointer above this many
-    int64_t wait_above  # limit, or more after the checkpointer could not keep up
-    int64_t asked_at  # frames in the log when a checkpoint was last asked for
-    int64_t seq  # checkpoints started
-    int64_t done_seq  # the number of the last one finished (its results: log, ...)
-    int64_t wal_frames  # frames in the log after the last commit
-    int64_t backfilled  # frames the last checkpoint copied (of the log it saw)
-    int64_t log  # frames in the log the last checkpoint saw
-    int64_t n_checkpoints
-    int64_t n_failed
-    int last_rc
-    int64_t n_waits
-    int64_t max_wal_frames
+    char* path  # [init]
+    int flags  # [init]
+    int synchronous  # [init] PRAGMA synchronous of the checkpointer's connection (0-3)
+    zt_thread thread  # [GIL] started by __init__, joined by _stop_checkpointer
+    zt_cond cv  # the checkpointer waits here, under mu, to be wanted
+    bint started  # [GIL]
+    bint wanted  # [mu]
+    bint running  # [mu]
+    int64_t every  # [init] frames: ask for a checkpoint when the log has this many
+    int64_t limit  # [init] frames: a commit waits for the checkpointer above this many
+    int64_t wait_above  # [mu] limit, or more after the checkpointer could not keep up
+    int64_t asked_at  # [mu] frames in the log when a checkpoint was last asked for
+    int64_t seq  # [mu] checkpoints started
+    int64_t done_seq  # [mu] the number of the last one finished (its results: log, ...)
+    int64_t wal_frames  # [mu] frames in the log after the last commit
+    int64_t backfilled  # [mu] frames the last checkpoint copied (of the log it saw)
+    int64_t log  # [mu] frames in the log the last checkpoint saw
+    int64_t n_checkpoints  # [mu]
+    int64_t n_failed  # [mu]; with last_rc, log and backfilled read unlocked by
+    int last_rc  # [mu]       Writer.checkpoint_failures (a report: zarrdb._log logs new ones)
+    int64_t n_waits  # [mu]
+    int64_t max_wal_frames  # [mu]
 
 # Journal mode "auto": the file starts in a rollback journal (pages appended to the file are
 # written once); after wal_after commits in a row under small_bytes each (a stream of small
 # writes, where a rollback journal pays two syncs a commit), the writer switches the file to
 # WAL mode.
 cdef struct WAutoWal:
+    # [writer] (written after the commit, without mu; stats() and Writer.in_wal read it: a
+    # report, one batch late at most)
     bint in_wal
-    BusyWait* busy_wait  # the connection's busy handler, restored after the switch
-    int64_t wal_after
-    int64_t small_bytes
-    int64_t small_streak
-    int64_t n_switches
-    sqlite3_stmt* st_to_wal
+    BusyWait* busy_wait  # [init] the connection's busy handler, restored after the switch
+    int64_t wal_after  # [init]
+    int64_t small_bytes  # [init]
+    int64_t small_streak  # [writer]
+    int64_t n_switches  # [writer] (read by stats(): a count, as in_wal)
+    sqlite3_stmt* st_to_wal  # [writer] (prepared by __init__)
 
 # Space back to the file system: after deletes, while the writer has nothing else to do,
 # "PRAGMA incremental_vacuum" in steps of a bounded number of pages (files with a pointer map
 # only, which zarrdb's own files have).
 cdef struct WVacuum:
-    sqlite3_stmt* st_step
-    sqlite3_stmt* st_freelist
-    bint freeing  # the batch being written deletes something
-    bint freed  # a committed batch deleted something since the free list was last emptied
-    int64_t min_pages  # a free list shorter than this is left alone
-    int64_t n_steps
+    sqlite3_stmt* st_step  # [writer] (prepared by __init__)
+    sqlite3_stmt* st_freelist  # [writer]
+    bint freeing  # [writer] the batch being written deletes something
+    bint freed  # [writer] a committed batch deleted something since the free list was emptied
+    int64_t min_pages  # [init] a free list shorter than this is left alone
+    int64_t n_steps  # [writer] (read by stats(): a count)
 
 
 cdef struct WState:
-    zt_mutex mu
-    zt_cond work  # the thread waits here for work (or for a hold to end)
-    zt_cond done  # callers wait here: for their submission, for room, for the connection
-    zt_thread thread
-    WSub* head
-    WSub* tail
-    WSub* dhead  # queued before the open transaction began, written once it ends
-    WSub* dtail
-    int64_t queued_bytes  # queued, being written, or deferred
-    int64_t deferred_bytes  # of those, deferred until the open transaction's end
-    int64_t queue_max
-    int64_t batch_max
+    zt_mutex mu  # guards every [mu] field here and in the structs above
+    zt_cond work  # the writer thread waits here (under mu) for work, or for a hold to end
+    zt_cond done  # callers wait here (under mu): for their submission, for room, for the connection
+    zt_thread thread  # [GIL] started by __init__, joined by _stop
+    WSub* head  # [mu] the queue
+    WSub* tail  # [mu]
+    WSub* dhead  # [mu] queued before the open transaction began, written once it ends
+    WSub* dtail  # [mu]
+    int64_t queued_bytes  # [mu] queued, being written, or deferred
+    int64_t deferred_bytes  # [mu] of those, deferred until the open transaction's end
+    int64_t queue_max  # [init]
+    int64_t batch_max  # [init]
     # The explicit transaction: `txn` marks what submissions queued now join (0: none; set
     # when begin() asks for the connection, cleared when end() does), `txn_open` says the
     # connection is inside it (BEGIN done, COMMIT or ROLLBACK not yet), `txn_depth` counts
     # its levels; the first error of a write that joined it waits for end() in `txn_rc` ...
-    int64_t txn
-    bint txn_open
-    bint txn_pending  # begin() of an outermost level holds or waits for the connection
-    int64_t txn_depth
+    # All [mu]; txn_open is also read unlocked by Writer.in_transaction and
+    # Writer.transaction, to choose a connection for a read: whether a write joins the
+    # transaction is decided under mu (_enqueue), never by that read.
+    int64_t txn  # [mu]
+    bint txn_open  # [mu]
+    bint txn_pending  # [mu] begin() of an outermost level holds or waits for the connection
+    int64_t txn_depth  # [mu]
+    # [mu]; _end_level reads these four unlocked while it holds the connection, drained:
+    # no batch runs then that could record an error (it clears them under mu)
     int txn_rc
     int txn_xrc
     char* txn_errmsg
     char* txn_errkey
-    bint closing  # close() started: holds are refused
-    int64_t next_seq
-    int64_t done_seq
-    int64_t hold_limit  # >= 0: take no submission with a later sequence number
-    int hold_waiters
-    int busy
-    int held
-    int stop
-    # Set (atomically, by a caller whose wait a signal interrupted): the statement the thread
+    bint closing  # [mu] close() started: holds are refused
+    int64_t next_seq  # [mu]
+    int64_t done_seq  # [mu]
+    int64_t hold_limit  # [mu] >= 0: take no submission with a later sequence number
+    int hold_waiters  # [mu]
+    int busy  # [mu] the writer thread is writing a batch (or a vacuum step) outside mu
+    int held  # [mu] a Python caller holds the connection
+    int stop  # [mu]
+    # [atomic] Set by a caller whose wait a signal interrupted: the statement the thread
     # runs stops (SQLITE_INTERRUPT) at the progress handler's next look; cleared once the
     # batch is done.
     int interrupt
-    # the batch being written
+    # The batch being written: [writer], except that _take and _finish_batch change batch_n,
+    # batch_bytes and batch_last_seq under mu, where _drain_target reads them; the writer
+    # thread's own reads of them between those are unlocked (no other thread writes them).
     WSub** batch
     Py_ssize_t batch_n
     Py_ssize_t batch_cap
@@ -178,20 +213,21 @@ cdef struct WState:
     bint batch_hinted  # every submission in the batch is hinted
     # group commit of hinted submissions: the batch stays open (its writes applied as they
     # come) until the submitters' flush() covers it, at most max_age_us after it began
-    int64_t flush_seq
-    # bytes of hinted submissions queued since the thread was last woken: the submitter wakes
-    # it only once they reach signal_bytes (a burst of small writes is taken whole when the
-    # loop flushes, with one wake-up instead of one per write; large ones start at once)
+    int64_t flush_seq  # [mu]
+    # [mu] bytes of hinted submissions queued since the thread was last woken: the submitter
+    # wakes it only once they reach signal_bytes (a burst of small writes is taken whole when
+    # the loop flushes, with one wake-up instead of one per write; large ones start at once)
     int64_t unsignaled_bytes
-    int64_t signal_bytes
-    int64_t max_age_us
-    # the connection and what the thread runs on it
+    int64_t signal_bytes  # [init]
+    int64_t max_age_us  # [init]
+    # the connection and what the thread runs on it: [holder]
     sqlite3* db
     sqlite3_stmt** st  # the Database's prepared statements, by Stmt
-    int64_t blob_min
+    int64_t blob_min  # [init]
     WSpill spill
     WTouch touch
-    # statistics
+    # statistics: [mu], except n_retries and n_lingered, counted by the writer thread without
+    # it (stats() reads them under mu: a count may be one behind)
     int64_t n_batches
     int64_t n_subs
     int64_t n_retries
@@ -276,9 +312,11 @@ cdef void _hold_spill(WState* w) noexcept nogil:
 
 cdef void _release_spill(WState* w) noexcept nogil:
     """After the batch's commit: SQLite's default threshold again (1: spill once the cache is
-    full)."""
-    if w.spill.held:
-        sqlite3_exec(w.db, "PRAGMA cache_spill = 1", NULL, NULL, NULL)
+    full). If that fails, the threshold stays marked held and is reset after the next batch:
+    until then the cache may hold one more batch's pages."""
+    if not w.spill.held:
+        return
+    if sqlite3_exec(w.db, "PRAGMA cache_spill = 1", NULL, NULL, NULL) == SQLITE_OK:
         w.spill.held = 0
 
 
@@ -320,7 +358,9 @@ cdef int _end(WState* w, WSub** subs, Py_ssize_t n, bint joined, int rc,
         return SQLITE_OK
     for i in range(n):
         _fail(w, subs[i], rc, bad_op if i == bad_sub else -1)
-    # Undo what the batch did (SQLite may have rolled back already).
+    # Undo what the batch did (SQLite may have rolled back already). The rollback's own
+    # failure is not recorded: the callers get the batch's error, and a connection left in
+    # the transaction fails the next batch's BEGIN, which reports it.
     if joined:
         if not sqlite3_get_autocommit(w.db):
             _step_done(w.st[<int>S_ROLLBACK_TO])
@@ -673,11 +713,13 @@ cdef class Writer:
     touch_sql, touch_every: a statement a group commit runs at most every so many seconds (the
     file's modification time)."""
 
-    cdef WState* w
-    cdef Database db
+    # Python's side of the writer: every field here is used with the GIL only ([GIL]).
+    cdef WState* w  # the threads' shared state (see the top of this file); freed by
+    #                 __dealloc__ once both threads are joined
+    cdef Database db  # its handle is the writer thread's while it runs ([holder] in WState)
     cdef readonly str path
     cdef readonly double busy_timeout
-    cdef long pid
+    cdef long pid  # the process that started the threads: a forked child touches nothing
     cdef bint started
     cdef bint _closed
     cdef dict _owners  # address of a queued WSub -> its Submission (keeps it alive)
@@ -1094,7 +1136,9 @@ cdef class Writer:
         once everything queued so far is written (with `drain`), given back at the end. For
         tests and interactive use; zarrdb itself uses call_holding (see there why): if a
         signal's exception skips `__exit__`, the connection is given back when the holder is
-        dropped (at once, as the exception unwinds the `with` statement)."""
+        dropped (at once, as the exception unwinds the `with` statement). A test hook (test
+        builds only)."""
+        _test_hook("Writer.holding")
         return _Holding(self, drain)
 
     @property
@@ -1105,7 +1149,8 @@ cdef class Writer:
 
     @property
     def transaction(self):
-        """The token of the open explicit transaction (0: none)."""
+        """The token of the open explicit transaction (0: none). Read without the lock, as
+        in_transaction."""
         return self.w.txn if self.w.txn_open else 0
 
     @property
@@ -1169,16 +1214,21 @@ cdef class Writer:
 
     @property
     def checkpoint_failures(self):
+        """(failed checkpoints, the last one's result code, frames in the log the last
+        checkpoint saw, frames it copied): zarrdb._log reports new failures from these."""
         return (self.w.ck.n_failed, self.w.ck.last_rc, self.w.ck.log, self.w.ck.backfilled)
 
     @property
     def in_wal(self):
-        """The writer has the file in WAL mode (it switched, or the file started in it)."""
+        """The writer has the file in WAL mode (it switched, or the file started in it). Read
+        without the lock: the writer thread sets it after a commit, and a report may be one
+        batch late."""
         return bool(self.w.autowal.in_wal)
 
     @property
     def touch_skipped(self):
-        """A group commit left the modification time out since it was last written."""
+        """A group commit left the modification time out since it was last written (read
+        without the lock: a report after the writes it is about are done)."""
         return bool(self.w.touch.skipped)
 
     def stats(self):

@@ -53,14 +53,17 @@ cdef int _checkpoint_once(WState* w, sqlite3** conn, int* log, int* done) noexce
         rc = sqlite3_open_v2(w.ck.path, conn, w.ck.flags, NULL)
         if rc == SQLITE_OK:
             rc = _harden(conn[0])
+        # The writer's durability: a checkpoint synced otherwise than the commits would
+        # change it silently. If it cannot be set, no checkpoint runs (the next try opens
+        # the connection again; the log grows meanwhile, as while a reader holds it).
+        if rc == SQLITE_OK and w.ck.synchronous == 0:
+            rc = sqlite3_exec(conn[0], "PRAGMA synchronous = OFF", NULL, NULL, NULL)
+        elif rc == SQLITE_OK and w.ck.synchronous == 2:
+            rc = sqlite3_exec(conn[0], "PRAGMA synchronous = FULL", NULL, NULL, NULL)
         if rc != SQLITE_OK:
             sqlite3_close_v2(conn[0])
             conn[0] = NULL
             return rc
-        if w.ck.synchronous == 0:
-            sqlite3_exec(conn[0], "PRAGMA synchronous = OFF", NULL, NULL, NULL)
-        elif w.ck.synchronous == 2:
-            sqlite3_exec(conn[0], "PRAGMA synchronous = FULL", NULL, NULL, NULL)
     # PASSIVE: copies what no reader still needs; never waits for or blocks the writer.
     rc = sqlite3_wal_checkpoint_v2(conn[0], NULL, SQLITE_CHECKPOINT_PASSIVE, log, done)
     if rc == SQLITE_OK and log[0] < 0:

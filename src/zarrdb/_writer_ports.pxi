@@ -10,6 +10,7 @@ cdef class Submission:
     """One caller's writes, queued on a Writer. `future` is the caller's (the store settles it
     when the submission comes out of its Port)."""
 
+    # All used with the GIL; `sub` is the C side, whose fields say who owns them (WSub).
     cdef WSub* sub
     cdef _Buffers buffers  # the values' buffers, released when the writer is done
     cdef list keep  # what the queued pointers point into
@@ -150,14 +151,11 @@ cdef object _write_error(Writer writer, int rc, int xrc, str message, object key
             filename=path,
         )
     context = f"cannot write {key!r}"
-    if rc == W_ERR_NOMEM:  # the writer's own allocation: SQLite's code, through the same table
-        rc = xrc = SQLITE_NOMEM
-        message = sqlite3_errstr(SQLITE_NOMEM).decode("utf-8", "replace")
-    if (rc & 0xFF) in (SQLITE_BUSY, SQLITE_LOCKED):
-        context += f": gave up after waiting {writer.busy_timeout:g} s for a lock"
     if note is not None:
         context += f" ({note})"
-    return _errors.sqlite_error(rc, xrc, message, filename=path, context=context)
+    if rc == W_ERR_NOMEM:  # the writer's own allocation: SQLite's code and its text
+        return _sqlite_exception(SQLITE_NOMEM, NULL, path, context)
+    return _sqlite_exception(rc, NULL, path, context, writer.busy_timeout, xrc, message)
 
 
 cdef class Port:
@@ -165,6 +163,7 @@ cdef class Port:
     readable (watch it with add_reader), `drain()` returns them. Where there is no descriptor
     (`has_fd` false: Windows), `wait()` blocks until there is something to drain."""
 
+    # All used with the GIL; `port` is the C side, whose fields say who owns them (WPort).
     cdef WPort* port
     cdef Writer writer
     cdef readonly bint has_fd

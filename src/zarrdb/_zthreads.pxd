@@ -1,5 +1,12 @@
 # C declarations of zarrdb's portable threads, mutexes, condition variables, clock and wake-up
 # descriptor (_zthreads.h), for the writer thread. Declarations only; all usable without the GIL.
+#
+# How the engine uses them (the fields each guards are marked in _writer.pxi's structs): a
+# mutex is taken only without the GIL (inside `with nogil`), never the GIL while one is held;
+# the condition variables are waited on under the mutex they name; zt_load_acquire and
+# zt_store_release are for the few ints read without the mutex (a submission's state, the
+# interrupt flag), where a reader that sees the new value must also see what was written
+# before it.
 from libc.stdint cimport int64_t
 
 cdef extern from "_zthreads.h" nogil:

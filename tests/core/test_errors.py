@@ -16,7 +16,7 @@ from zarrdb import errors
 from zarrdb._core import MAX_VALUE_SIZE, Database
 
 from . import writes
-from .helpers import LockHolder, make_db_file, sparse_buffer, sqlite_rows
+from .helpers import LockHolder, make_db_file, needs_test_hooks, sparse_buffer, sqlite_rows
 
 # SQLite's result codes (sqlite.org/rescode.html), written out here rather than imported.
 SQLITE_ERROR = 1
@@ -500,6 +500,7 @@ BOUND = [
 ]
 
 
+@needs_test_hooks
 @pytest.mark.parametrize("name, call", BOUND, ids=[b[0] for b in BOUND])
 def test_a_failed_bind_raises_rather_than_running_the_statement_without_it(tmp_path, name, call):
     path = make_db_file(tmp_path / "bind.zarrdb", rows=[("k", b"old"), (LONG, b"long")])
@@ -512,6 +513,7 @@ def test_a_failed_bind_raises_rather_than_running_the_statement_without_it(tmp_p
         assert db.get("k") == b"old" and db.get(LONG) == b"long"  # nothing written or deleted
 
 
+@needs_test_hooks
 def test_length_limit_reports_and_sets_the_connections_limit(tmp_path):
     path = make_db_file(tmp_path / "limit.zarrdb")
     with Database(path) as db:

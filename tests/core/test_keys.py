@@ -14,7 +14,7 @@ from zarrdb import errors
 from zarrdb._core import Database
 
 from . import writes
-from .helpers import make_db_file, sqlite_rows, utf8_order
+from .helpers import make_db_file, needs_test_hooks, sqlite_rows, utf8_order
 
 KEYS = [
     "",
@@ -142,7 +142,13 @@ KEY_CALLS = [
 
 
 @pytest.mark.parametrize("key", LONE_SURROGATES, ids=[ascii(k) for k in LONE_SURROGATES])
-@pytest.mark.parametrize("name, call", KEY_CALLS, ids=[c[0] for c in KEY_CALLS])
+@pytest.mark.parametrize(
+    "name, call",
+    [
+        pytest.param(name, call, id=name, marks=needs_test_hooks if name == "get_into" else ())
+        for name, call in KEY_CALLS
+    ],
+)
 def test_lone_surrogate_key_is_invalid(db, key, name, call):
     writes.set(db, "ok", b"old")
     with pytest.raises(errors.InvalidKeyError) as info:

@@ -13,7 +13,7 @@ from zarrdb import errors
 from zarrdb._core import Database
 
 from . import writes
-from .helpers import make_db_file, sqlite_rows, utf8_order
+from .helpers import make_db_file, needs_test_hooks, sqlite_rows, utf8_order
 
 TRICKY = ["a/b", "a/b-c", "a/b/c", "a/b0", "a/b.c", "a/b/c/d", "a/ba", "a", "a-b", "a0", "b"]
 
@@ -433,6 +433,7 @@ def test_rename_prefix_conflict_moves_nothing(any_db):
     assert any_db.get("f/2") == b"existing"
 
 
+@needs_test_hooks
 @needs_rename
 def test_rename_prefix_inside_a_transaction(any_db):
     writes.set_many(any_db, [("e/1", b"1"), ("e/2", b"2")])

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from zarrdb import errors
 
 from . import writes
+from .helpers import needs_test_hooks
 
 VALUE = bytes(range(10))  # b"\x00\x01...\x09"
 
@@ -146,6 +147,7 @@ def test_get_ranges_many_keys(any_db):
     assert any_db.get_ranges(requests) == expected + [None]
 
 
+@needs_test_hooks
 def test_get_range_inside_a_write_transaction_sees_own_writes(any_db):
     writes.set(any_db, "k", b"old value")
     with writes.open_writer(any_db) as writer:

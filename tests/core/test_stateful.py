@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from zarrdb._core import Database, Writer
 
-from .helpers import make_db_file, utf8_order
+from .helpers import make_db_file, needs_test_hooks, utf8_order
 
 # Zarr-like keys from a small alphabet (so that prefixes, siblings and sub-trees collide),
 # including the awkward neighbours of "/" in byte order ("-", ".", "0") and non-ASCII.
@@ -281,4 +281,4 @@ class DatabaseMachine(RuleBasedStateMachine):
 
 
 DatabaseMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
-test_database_against_a_dict = DatabaseMachine.TestCase
+test_database_against_a_dict = needs_test_hooks(DatabaseMachine.TestCase)

@@ -17,7 +17,7 @@ from zarrdb import errors
 from zarrdb._core import Database
 
 from . import writes
-from .helpers import LockHolder, make_db_file, sqlite_rows
+from .helpers import LockHolder, make_db_file, needs_test_hooks, sqlite_rows
 
 
 def committed_keys(path):
@@ -44,6 +44,7 @@ def _other_process_write(path, timeout):
 # --- one level ---------------------------------------------------------------------------------
 
 
+@needs_test_hooks
 def test_commit(wal_db, wal_path):
     with writes.open_writer(wal_db) as writer:
         assert not writer.in_transaction
@@ -62,6 +63,7 @@ def test_commit(wal_db, wal_path):
     assert committed_keys(wal_path) == ["a", "b"]
 
 
+@needs_test_hooks
 def test_rollback(any_db):
     writes.set(any_db, "keep", b"old")
     with writes.open_writer(any_db) as writer:
@@ -78,6 +80,7 @@ def test_rollback(any_db):
     assert committed_keys(any_db.path) == ["keep"]
 
 
+@needs_test_hooks
 def test_every_kind_of_write_joins_it_and_goes_with_its_rollback(any_db):
     writes.set_many(any_db, [("a/1", b"1"), ("a/2", b"2"), ("b", b"3")])
     with writes.open_writer(any_db) as writer:
@@ -118,6 +121,7 @@ def test_writes_after_the_end_are_committed_on_their_own(any_db):
         assert committed_keys(any_db.path) == ["after"]
 
 
+@needs_test_hooks
 def test_reads_inside_see_its_writes(any_db):
     with writes.open_writer(any_db) as writer:
         token = writer.begin(0, [])
@@ -164,6 +168,7 @@ def test_begin_takes_the_write_lock_at_once(any_db):
     assert any_db.get("other") == b"\x00"
 
 
+@needs_test_hooks
 def test_begin_when_another_process_writes(wal_path):
     db = Database(wal_path, busy_timeout=0.1)
     try:
@@ -234,6 +239,7 @@ def test_a_group_commit_a_reader_blocks_writes_nothing_and_can_be_retried(db_pat
 # --- levels (savepoints) -------------------------------------------------------------------------
 
 
+@needs_test_hooks
 def test_an_inner_level_that_fails_rolls_back_only_itself(any_db):
     with writes.open_writer(any_db) as writer:
         token = writer.begin(0, [])
@@ -251,6 +257,7 @@ def test_an_inner_level_that_fails_rolls_back_only_itself(any_db):
     assert any_db.get("outer-before") == b"1"
 
 
+@needs_test_hooks
 def test_an_inner_level_that_succeeds_goes_with_the_outer_rollback(any_db):
     with writes.open_writer(any_db) as writer:
         token = writer.begin(0, [])

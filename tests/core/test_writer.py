@@ -17,7 +17,7 @@ import pytest
 from zarrdb import errors
 from zarrdb._core import Database, Port, Writer
 
-from .helpers import make_db_file, sqlite_rows
+from .helpers import make_db_file, needs_test_hooks, sqlite_rows
 
 
 @pytest.fixture
@@ -190,6 +190,7 @@ def test_port_reports_every_submission_once(writer_db):
         writer.close()
 
 
+@needs_test_hooks
 def test_queue_bound_makes_submitters_wait(writer_db):
     """With a queue bound of 1 MiB, a non-blocking submit of more is refused while the
     writer is held; once released, it goes in."""
@@ -242,6 +243,7 @@ def test_call_holding_runs_fn_on_the_connection_and_gives_it_back(writer_db):
     ]
 
 
+@needs_test_hooks
 def test_a_holder_whose_exit_never_runs_gives_the_connection_back_when_dropped(writer_db):
     """holding()'s __enter__ took the connection and __exit__ never ran (as when a signal's
     exception is raised as a compiled __enter__ returns, on CPython 3.14): dropping the holder
@@ -280,6 +282,7 @@ def test_end_empties_the_list_begin_filled(writer_db):
         writer.close()
 
 
+@needs_test_hooks
 def test_hold_waits_for_what_is_queued_and_stops_the_thread(writer_db):
     writer = Writer(writer_db)
     try:
@@ -360,6 +363,7 @@ def test_a_failed_write_of_the_transaction_fails_its_end(tmp_path):
     assert sqlite_rows(path, "SELECT count(*) FROM zarr") == [(0,)]
 
 
+@needs_test_hooks
 def test_close_writes_everything_queued_and_refuses_what_comes_after(writer_db):
     writer = Writer(writer_db)
     token = writer.begin(0, [])

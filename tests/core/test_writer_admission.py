@@ -15,7 +15,7 @@ import pytest
 
 from zarrdb._core import Database, Writer
 
-from .helpers import make_db_file, sqlite_rows
+from .helpers import make_db_file, needs_test_hooks, sqlite_rows
 
 
 @pytest.fixture
@@ -48,6 +48,7 @@ def test_prepare_leaves_out_the_values_it_cannot_take(writer_db):
     assert dict(sqlite_rows(writer_db.path, "SELECT k, v FROM zarr")) == {"a": b"1", "b": b"2"}
 
 
+@needs_test_hooks
 def test_a_submission_is_queued_once_when_there_is_room(writer_db):
     writer = Writer(writer_db, queue_bytes=1 << 20)
     try:

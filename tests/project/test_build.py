@@ -198,6 +198,45 @@ def test_a_wheel_has_no_pause_points():
         assert name not in binary
 
 
+@pytest.mark.skipif(
+    os.environ.get("ZARRDB_TEST_VFS") != "1",
+    reason="ZARRDB_TEST_VFS=1 marks a test build (scripts/dev.sh, scripts/memcheck.sh)",
+)
+def test_a_test_build_has_the_test_hooks(tmp_path):
+    # Otherwise the engine's tests that use them would skip where they are meant to run.
+    assert _core._TEST_HOOKS
+    with _core.Database(tmp_path / "h.zarrdb") as db:
+        db.execute("CREATE TABLE zarr (k TEXT PRIMARY KEY, v BLOB)")
+        assert db.get_into("k", bytearray(1)) is None
+        assert db.length_limit() > 0
+        writer = _core.Writer(db)
+        try:
+            with writer.holding() as held:
+                assert held is db
+        finally:
+            writer.close()
+
+
+@pytest.mark.skipif(
+    os.environ.get("ZARRDB_TEST_INSTALLED") != "1" or os.environ.get("ZARRDB_TEST_VFS") == "1",
+    reason="ZARRDB_TEST_INSTALLED=1 (without ZARRDB_TEST_VFS=1) marks a run against a wheel",
+)
+def test_a_wheel_has_no_test_hooks(tmp_path):
+    assert _core._TEST_HOOKS is False
+    with _core.Database(tmp_path / "h.zarrdb") as db:
+        db.execute("CREATE TABLE zarr (k TEXT PRIMARY KEY, v BLOB)")
+        with pytest.raises(NotImplementedError, match="ZARRDB_TEST_VFS=1"):
+            db.get_into("k", bytearray(1))
+        with pytest.raises(NotImplementedError, match="ZARRDB_TEST_VFS=1"):
+            db.length_limit()
+        writer = _core.Writer(db)
+        try:
+            with pytest.raises(NotImplementedError, match="ZARRDB_TEST_VFS=1"):
+                writer.holding()
+        finally:
+            writer.close()
+
+
 def test_python_stdlib_sqlite3_is_a_separate_library():
     # Both SQLite libraries load side by side and keep their own versions.
     import sqlite3

@@ -1,5 +1,5 @@
-# Write operations of the writer thread (_writer.pxi), the only path keys are written by.
-# Included into _core.pyx before the Database class.
+# Write operations of the writer thread (_writer.pxi), the only path keys are written by, and the
+# buffers of the values they write. Included into _core.pyx before _writer.pxi.
 #
 # An operation is gathered from Python objects (the key's UTF-8 form, the value's buffer) into
 # a WOp by _gather_ops, with the GIL; _apply_op then runs it without the GIL, on a connection
@@ -75,9 +75,6 @@ cdef int _step_done(sqlite3_stmt* st) noexcept nogil:
     return SQLITE_OK if rc == SQLITE_DONE else rc
 
 
-cdef inline int _bind_key(sqlite3_stmt* st, int i, const char* p, Py_ssize_t n) noexcept nogil:
-    return sqlite3_bind_text64(st, i, p, n, SQLITE_STATIC, SQLITE_UTF8)
-
 
 cdef int _write_large(sqlite3* db, sqlite3_stmt** st, WOp* op, int64_t* changes) noexcept nogil:
     """A large value: the row is inserted with a zero-filled value of the right length, then
@@ -149,3 +146,37 @@ cdef int _apply_op(sqlite3* db, sqlite3_stmt** st, int64_t blob_min, WOp* op,
             freed[0] = True
     sqlite3_reset(stmt)
     return SQLITE_OK if rc == SQLITE_DONE else rc
+
+
+# ---------------------------------------------------------------------------------------------
+# Values: a set of acquired buffers, released together.
+
+cdef class _Buffers:
+    cdef Py_buffer* views
+    cdef Py_ssize_t count
+
+    def __cinit__(self, Py_ssize_t capacity):
+        self.views = <Py_buffer*>malloc(max(capacity, 1) * sizeof(Py_buffer))
+        if self.views == NULL:
+            raise MemoryError()
+        self.count = 0
+
+    cdef Py_buffer* acquire(self, object value, str path, object key) except NULL:
+        cdef Py_buffer* view = &self.views[self.count]
+        PyObject_GetBuffer(value, view, PyBUF_SIMPLE)
+        self.count += 1
+        if view.len > _MAX_VALUE:
+            raise _errors.ValueTooLargeError(
+                f"{path!r}: the value for {key!r} has {view.len:,} bytes, over the limit of "
+                f"{_MAX_VALUE:,} bytes of a SQLiteStore file; nothing was written (use smaller "
+                "chunks or shards)",
+                code=SQLITE_TOOBIG,
+                filename=path,
+            )
+        return view
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        for i in range(self.count):
+            PyBuffer_Release(&self.views[i])
+        free(self.views)
