@@ -4,7 +4,7 @@
   against the SQLiteStore 1.0 rules.
 - Reads: each thread's own read connection (_readers.py), or the write connection while an
   explicit transaction is open.
-- Writes: the write connection belongs to the engine's writer thread (see _writing.py).
+- Writes: the write connection belongs to the engine's writer thread (see _submitting.py).
 - Closing, on every path (close(), garbage collection of an unclosed store, interpreter exit):
   everything queued is committed, the write-ahead log is copied into the file, and the file is
   put back in DELETE journal mode, so one self-contained file remains.
@@ -22,7 +22,7 @@ from zarrdb import _format, _open_files, _opening, _pause, errors
 from zarrdb import remote as _remote
 from zarrdb._core import Database
 from zarrdb._readers import ReaderPool
-from zarrdb._writing import Writing
+from zarrdb._submitting import Submitter
 
 T = TypeVar("T")
 
@@ -55,7 +55,7 @@ class Connections:
         self.read_only = read_only
         self.pid = os.getpid()
         self.pool = ReaderPool(self._open_reader)
-        self.writing: Writing | None = None
+        self.writing: Submitter | None = None
         self.closed = False
         _open_files.register(self)
 
@@ -76,7 +76,7 @@ class Connections:
             return
         db = _opening.open_writable(path, opts)
         try:
-            self.writing = Writing(db, durability=opts["durability"], journal=opts["journal"])
+            self.writing = Submitter(db, durability=opts["durability"], journal=opts["journal"])
         except BaseException:
             db.close()
             raise
@@ -197,7 +197,7 @@ class Connections:
             elif self.made_sidecars:
                 _opening.remove_sidecars_we_made(self.store_path)
 
-    def _close_writer(self, writing: Writing) -> None:
+    def _close_writer(self, writing: Submitter) -> None:
         """Commit what is queued, stop the writer thread, give back free pages, and leave the
         file in DELETE mode; the write connection is closed whatever fails."""
         db = writing.db

@@ -264,24 +264,17 @@ class Writer:
         self,
         db: Database,
         *,
-        batch_bytes: int = 67108864,
-        queue_bytes: int = 268435456,
-        blob_min: int = 131072,
         hold_spill_min: int | None = None,
-        hold_spill_max: int = 536870912,
         touch_sql: str | None = None,
-        touch_every: float = 0.5,
-        max_age: float = 0.002,
         signal_bytes: int = 0,
         checkpoint: bool = False,
         synchronous: int = 1,
-        checkpoint_pages: int = 256,
-        wal_limit_pages: int = 4096,
         wal_after: int = 0,
-        small_bytes: int = 262144,
-        vacuum_pages: int = 256,
-        vacuum_min: int = 16,
-    ) -> None: ...
+        **tunables: float,
+    ) -> None:
+        """The tunables (batch_bytes, queue_bytes, blob_min, hold_spill_max, touch_every,
+        max_age, checkpoint_pages, wal_limit_pages, small_bytes, vacuum_pages, vacuum_min) are
+        zarrdb._tunables' unless given."""
     @overload
     def submit(
         self, ops: Iterable[_Op], *, port: Port | None = None, block: Literal[True] = True

@@ -32,7 +32,7 @@ from zarrdb import _pause, errors
 from zarrdb import remote as _remote
 from zarrdb._connections import Connections
 from zarrdb._transactions import _INSIDE, check_inside
-from zarrdb._writing import Writing
+from zarrdb._submitting import Submitter
 
 # This process's id, kept current across fork() without a system call per store call.
 _PID = os.getpid()
@@ -146,7 +146,7 @@ class Session:
             raise ValueError("store was opened in read-only mode and does not support writing")
         return self._for_write()
 
-    def writing(self) -> Writing:
+    def writing(self) -> Submitter:
         """The writer of this process's connections; for a writable store only (the store
         checks that first). ClosedError in a transaction level whose file was closed or is the
         parent process's; NestingError in one rolled back by the level around it."""

@@ -31,8 +31,8 @@ from zarrdb import _pause, errors
 from zarrdb._core import Level, Writer, _exit_transaction
 
 
-class Writing(Protocol):
-    """What a transaction needs of a store's writes (zarrdb._writing.Writing, which imports
+class Submitter(Protocol):
+    """What a transaction needs of a store's writes (zarrdb._submitting.Submitter, which imports
     this module: named here by what it does, not imported)."""
 
     writer: Writer
@@ -83,6 +83,17 @@ def check_inside(owner: object) -> None:
         # Its block ended: the code belongs to the level around it, if any.
 
 
+def expected_depth(writer: Writer) -> int:
+    """The depth of the innermost open transaction level of `writer` that the calling code is
+    in (-1: none): the level its write must still be the innermost one of when it is queued."""
+    inside = _INSIDE.get()
+    if inside:
+        for level in reversed(inside):
+            if level.writer is writer and level.is_open:
+                return int(level.depth)
+    return -1
+
+
 def _parent(level: Level) -> Level | None:
     """The innermost open level of `level`'s writer the calling code works inside (None: a
     new transaction)."""
@@ -112,7 +123,7 @@ class Transaction(Generic[S]):
     """`with store.transaction():` and `async with store.transaction():` (see the module's
     docstring for the rules)."""
 
-    def __init__(self, store: S, writing: Callable[[], Writing], owner: object) -> None:
+    def __init__(self, store: S, writing: Callable[[], Submitter], owner: object) -> None:
         self.store = store  # what entering gives
         # The store's writer; raises if the store may not write, or if the calling code is in
         # a level it can no longer write (check_inside).

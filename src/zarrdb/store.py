@@ -7,8 +7,10 @@ and writes. The work behind it lives in its own modules (the module map of docs/
   and where each call goes, closing on every path; _opening.py: creating and checking the file;
   _readers.py: a read connection per thread;
 - _reading.py: reads, byte ranges, batches and listings (a mixin of SQLiteStore);
-- _writing.py: writes go to the engine's writer thread (group commit beside zarr's own work),
-  and explicit transactions (`with store.transaction():`) on top of it;
+- _submitting.py: writes go to the engine's writer thread (group commit beside zarr's own
+  work; an event loop's bursts and completions in _completions.py, the numbers in
+  _tunables.py), and explicit transactions (`with store.transaction():`, _transactions.py) on
+  top of it;
 - _file_ops.py: file-level operations (rename, backup, vacuum, check, file_info, ...; a mixin).
 """
 
@@ -28,7 +30,7 @@ from zarrdb._opening import DEFAULT_CACHE_KIB, DEFAULT_MMAP_BYTES
 from zarrdb._reading import Reads
 from zarrdb._session import Session
 from zarrdb._transactions import Transaction
-from zarrdb._writing import Writing
+from zarrdb._submitting import Submitter
 
 if TYPE_CHECKING:
     from typing import Self
@@ -244,7 +246,7 @@ class SQLiteStore(FileOperations, Reads, Store):
             raise ValueError("store is already open")
         await self._ensure_open()
 
-    def _writable_writing(self) -> Writing:
+    def _writable_writing(self) -> Submitter:
         """The writer, after checking that the store may write (ReadOnlyError)."""
         self._check_writable()
         return self._session.writing()
