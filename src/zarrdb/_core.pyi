@@ -16,8 +16,21 @@ MAX_VALUE_SIZE: int  # 2_147_483_645, the spec's limit for one value
 CONNECTION_LIMITS: dict[str, tuple[int, int]]  # name -> (SQLITE_LIMIT_ id, value)
 
 def _library_info() -> tuple[str, str, tuple[str, ...]]: ...
-def _exit_transaction(self: Any, exc_type: Any, exc: Any, tb: Any) -> None:
-    """Transaction.__exit__, compiled: ends the innermost level of `self.levels`."""
+class TransactionLevels:
+    """The levels one transaction object entered, innermost last, and its compiled __exit__."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    @property
+    def levels(self) -> list[Level]: ...
+    def _push(self, level: Level) -> None: ...
+    def _drop(self, level: Level) -> None: ...
+    def _pop(self) -> Level: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
 
 @disjoint_base
 class Level:
@@ -33,6 +46,8 @@ class Level:
     @property
     def depth(self) -> int: ...
     mark: Any
+    def unmark(self) -> None:
+        """Take the level off the list of the context that entered it."""
     @property
     def is_open(self) -> bool:
         """Opened, and its block has not ended it."""

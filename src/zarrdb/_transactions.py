@@ -28,7 +28,7 @@ from contextvars import ContextVar
 from typing import Any, Generic, Protocol, TypeVar
 
 from zarrdb import _pause, errors
-from zarrdb._core import Level, Writer, _exit_transaction
+from zarrdb._core import Level, TransactionLevels, Writer
 
 
 class Submitter(Protocol):
@@ -103,45 +103,37 @@ def _parent(level: Level) -> Level | None:
     return None
 
 
-def _unmark(level: Level) -> None:
-    mark, level.mark = level.mark, None
-    if mark is not None:
-        with contextlib.suppress(ValueError, RuntimeError):  # another context set it
-            _INSIDE.reset(mark)
-
-
 def _abandon(level: Level) -> None:
     """Roll back `level` if it was opened for a caller who is gone (interrupted by a signal as
     opening returned, or a cancelled task)."""
-    _unmark(level)
+    level.unmark()
     if level.is_open:
         with contextlib.suppress(Exception):
             level.writer.end_level(level, False)
 
 
-class Transaction(Generic[S]):
+class Transaction(TransactionLevels, Generic[S]):
     """`with store.transaction():` and `async with store.transaction():` (see the module's
-    docstring for the rules)."""
+    docstring for the rules). The levels it entered, and its compiled `__exit__`, are the
+    engine's (zarrdb._core.TransactionLevels)."""
 
-    def __init__(self, store: S, writing: Callable[[], Submitter], owner: object) -> None:
+    def __init__(self, store: S, submitter: Callable[[], Submitter], owner: object) -> None:
         self.store = store  # what entering gives
-        # The store's writer; raises if the store may not write, or if the calling code is in
+        # The store's writes; raises if the store may not write, or if the calling code is in
         # a level it can no longer write (check_inside).
-        self.writing = writing
-        self.owner = owner  # the store's session (its key)
-        self.levels: list[Level] = []
+        self.submitter = submitter
+        self.owner = owner  # the store's key (FileSpec.key)
 
     def _level(self) -> Level:
-        writing = self.writing()
-        writing.queue_bursts_here()  # the loop's writes before the block are not its own
-        return Level(writing.writer, self.owner)
+        submitter = self.submitter()
+        submitter.queue_bursts_here()  # the loop's writes before the block are not its own
+        return Level(submitter.writer, self.owner)
 
     def _forget(self, level: Level) -> None:
         """Roll back `level` if it opened, and drop it (its __enter__ failed or was
         interrupted)."""
         _abandon(level)
-        if level in self.levels:
-            self.levels.remove(level)
+        self._drop(level)
 
     def __enter__(self) -> S:
         # Ctrl-C or SIGTERM may raise at any point where Python runs signal handlers: as a
@@ -151,7 +143,7 @@ class Transaction(Generic[S]):
         level = self._level()
         _pause.point("txn.enter")
         try:
-            self.levels.append(level)
+            self._push(level)
             level.writer.open_level(level, _parent(level))
             level.mark = _INSIDE.set((*_INSIDE.get(), level))
         except BaseException:
@@ -159,9 +151,7 @@ class Transaction(Generic[S]):
             raise
         return self.store
 
-    # Compiled (zarrdb._core): a __exit__ written in Python could be interrupted as it starts,
-    # before the level has ended, leaving the transaction open for good.
-    __exit__ = _exit_transaction
+    # __exit__ is TransactionLevels' (compiled: see there why).
 
     async def __aenter__(self) -> S:
         # In a worker thread: waiting for another transaction, for the writes queued before,
@@ -169,7 +159,7 @@ class Transaction(Generic[S]):
         # this transaction's own work. The context's mark is set here, in the coroutine.
         level = self._level()
         _pause.point("txn.enter")
-        self.levels.append(level)
+        self._push(level)
         opening = asyncio.ensure_future(
             asyncio.to_thread(level.writer.open_level, level, _parent(level))
         )
@@ -177,7 +167,7 @@ class Transaction(Generic[S]):
             await asyncio.shield(opening)
             level.mark = _INSIDE.set((*_INSIDE.get(), level))
         except BaseException:
-            self.levels.remove(level)
+            self._drop(level)
             if opening.done():
                 _abandon(level)
             else:  # cancelled: the thread goes on; end what it opens
@@ -187,8 +177,8 @@ class Transaction(Generic[S]):
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         _pause.point("txn.exit")
-        level = self.levels.pop()
-        _unmark(level)
+        level = self._pop()
+        level.unmark()
         if level.is_open or level.undone:
             # Shielded: a task cancelled while the commit runs must not leave it half done.
             ending = asyncio.to_thread(level.writer.end_level, level, exc_type is None)
