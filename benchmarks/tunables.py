@@ -438,7 +438,7 @@ def prepare_zarr_ingest(
     fresh(path)
     if not new_file:
         first = SQLiteStore(path)
-        first._session.open()
+        first._file()
         first.close()
     store = SQLiteStore(path)
     arr = zarr.create_array(

@@ -16,6 +16,11 @@ MAX_VALUE_SIZE: int  # 2_147_483_645, the spec's limit for one value
 CONNECTION_LIMITS: dict[str, tuple[int, int]]  # name -> (SQLITE_LIMIT_ id, value)
 
 def _library_info() -> tuple[str, str, tuple[str, ...]]: ...
+def give_back_free_pages(db: Database) -> None:
+    """Give the pages deletes freed back to the file system (incremental auto-vacuum)."""
+def record_modified_at(db: Database) -> None:
+    """Write the file's modification time."""
+
 class TransactionLevels:
     """The levels one transaction object entered, innermost last, and its compiled __exit__."""
 

@@ -1786,5 +1786,6 @@ cdef class Database:
 
 include "_pause_points.pxi"
 include "_writer.pxi"
+include "_closing.pxi"
 include "_remote_vfs.pxi"
 include "_vfs_powerloss.pxi"

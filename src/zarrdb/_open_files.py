@@ -11,7 +11,7 @@ from typing import Protocol, TypeVar
 
 
 class OpenFile(Protocol):
-    """What the registry needs to know of a store's connections (_connections.Connections)."""
+    """What the registry needs to know of a store's connections (_open_file.OpenFile)."""
 
     store_path: str
     pid: int

@@ -195,7 +195,7 @@ def _ingest(path: str, mib: int, pipeline: str) -> None:
         t0 = time.perf_counter()
         arr[:] = data  # 1 MiB chunks
         seconds = time.perf_counter() - t0
-    stats = store._session.current.writing.writer.stats()
+    stats = store._open_file.submitter.writer.stats()
     rss_written = _maxrss_bytes()
     store.close()
     rss_closed = _maxrss_bytes()

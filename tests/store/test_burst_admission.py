@@ -91,7 +91,7 @@ def test_a_transaction_is_not_stuck_behind_the_writes_it_deferred(
 
     try:
         store.set_sync("first", value(0))  # opens the writer
-        writer = store._session.writing().writer
+        writer = store._submitter().writer
         holder = LockHolder(path)
         owner = run("block", block)
         # begin() holds the connection while it waits for the lock.

@@ -36,7 +36,7 @@ async def test_a_turn_of_small_writes_is_one_submission(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "burst.zarrdb")
     try:
         await store.set("first", value(0))  # opens the file and its writer
-        writer = store._session.writing().writer
+        writer = store._submitter().writer
         n = _tunables.BURST_MAX_BYTES // 1024 // 2  # a burst holds them all
         before = writer.stats()["submissions"]
         for round_ in range(3):
@@ -63,7 +63,7 @@ async def test_large_values_and_other_kinds_of_write_are_queued_on_their_own(
     store = SQLiteStore(tmp_path / "alone.zarrdb")
     try:
         await store.set("first", value(0))
-        writer = store._session.writing().writer
+        writer = store._submitter().writer
         before = writer.stats()["submissions"]
         large = _tunables.BURST_VALUE_MAX + 1
         await asyncio.gather(
@@ -191,7 +191,7 @@ async def test_a_burst_that_finds_the_queue_full_waits_for_room(
         writes = asyncio.gather(*(store.set(key, value(i, size)) for i, key in enumerate(keys)))
         await asyncio.sleep(0.2)
         assert not writes.done()
-        queued = store._session.writing().writer.stats()["queued_bytes"]
+        queued = store._submitter().writer.stats()["queued_bytes"]
         assert queued < 2 * _tunables.BURST_MAX_BYTES  # one burst (values and keys)
         holder.let_go()
         await writes
