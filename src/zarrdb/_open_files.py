@@ -15,7 +15,9 @@ class OpenFile(Protocol):
 
     store_path: str
     pid: int
-    closed: bool
+
+    @property
+    def closed(self) -> bool: ...
 
     def holds_local_file(self) -> bool: ...
 

@@ -6,6 +6,8 @@ benchmark varies them by setting this module's attributes (read when a store ope
 
 from __future__ import annotations
 
+from typing import Any
+
 # One group commit takes at most this many bytes (the rest waits for the next): bounds a
 # transaction's size and the pages SQLite keeps for it (benchmarks/tunables.py --only commit:
 # 8 / 64 / 256 MiB).
@@ -76,7 +78,7 @@ VACUUM_MIN_PAGES = 16
 MODIFIED_AT_INTERVAL = 0.5
 
 
-def writer_options() -> dict[str, float | int]:
+def writer_options() -> dict[str, Any]:
     """The engine writer's tunables, as its keyword arguments (read now: a benchmark or a test
     may have changed them)."""
     return {
