@@ -42,7 +42,7 @@ class Submitter(Protocol):
 S = TypeVar("S")  # the session a Transaction gives when entered (the store)
 
 # The levels the current context works inside, outermost first (of every store: each level
-# knows its store's session by `owner`).
+# knows its store by `owner`, the store's FileSpec.key).
 _INSIDE: ContextVar[tuple[Level, ...]] = ContextVar("zarrdb_transactions", default=())
 
 

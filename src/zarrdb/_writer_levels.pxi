@@ -16,8 +16,8 @@ cdef enum:
 
 cdef class Level:
     """One level of an explicit transaction: the writer it is opened on (its store's open file,
-    kept for good: after close() or fork() the level cannot be written any more), `owner` (the
-    store session it belongs to), and `mark`, what resets the entering context's list of
+    kept for good: after close() or fork() the level cannot be written any more), `owner` (what
+    names the store it belongs to), and `mark`, what resets the entering context's list of
     levels."""
 
     cdef readonly Writer writer
