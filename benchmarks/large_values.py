@@ -23,9 +23,9 @@ Sections:
               MemoryStore: 2,000 of them into a new file ("new file": the default journal
               starts as a rollback journal; the file is opened first, untimed), then the
               median of 3 x 2,000 more. The kinds ending in "-single" queue each write on
-              its own, as before bursts (see _writing.BURST_VALUE_MAX); "-whole" queues a
+              its own, as before bursts (see _tunables.BURST_VALUE_MAX); "-whole" queues a
               turn's burst only when the turn ends, as before bursts were queued early (see
-              _writing.BURST_MAX_BYTES).
+              _tunables.BURST_MAX_BYTES).
 
 Method: `sync` before each timed run; stores run round-robin within each repetition (odd
 repetitions in reverse), so a slow spell of the shared machine hits all of them. The page cache
@@ -231,11 +231,11 @@ def shard_reads(args: argparse.Namespace, root: Path, out: list[dict[str, Any]],
 def gathered(args: argparse.Namespace, root: Path, out: list[dict[str, Any]], rep: int) -> None:
     from zarr.buffer import default_buffer_prototype
 
-    from zarrdb import _compat, _writing
+    from zarrdb import _compat, _tunables
 
     value = default_buffer_prototype().buffer.from_bytes(os.urandom(1024))
     kinds = ["zarrdb", "zarrdb-whole", "zarrdb-single", "zarrdb-wal", "memory"]
-    defaults = {name: getattr(_writing, name)
+    defaults = {name: getattr(_tunables, name)
                 for name in ("BURST_VALUE_MAX", "BURST_MAX_BYTES", "WAKE_WRITER_BYTES")}
     variants = {"single": {"BURST_VALUE_MAX": -1},
                 "whole": {"BURST_MAX_BYTES": 1 << 20, "WAKE_WRITER_BYTES": 256 << 10}}
@@ -247,7 +247,7 @@ def gathered(args: argparse.Namespace, root: Path, out: list[dict[str, Any]], re
             variant = ""
         try:
             for name, setting in variants.get(variant, {}).items():
-                setattr(_writing, name, setting)
+                setattr(_tunables, name, setting)
             store = make_store("zarrdb" if variant else kind, path)
             asyncio.run(_compat.ensure_open(store))  # the file made, as a store opened by zarr
 
@@ -264,7 +264,7 @@ def gathered(args: argparse.Namespace, root: Path, out: list[dict[str, Any]], re
             close(store)
         finally:
             for name, setting in defaults.items():
-                setattr(_writing, name, setting)
+                setattr(_tunables, name, setting)
         remove(path)
         emit(out, args, workload="gathered set 1KiB x100, new file", store=kind, rep=rep,
              seconds=times[0])

@@ -16,8 +16,27 @@ MAX_VALUE_SIZE: int  # 2_147_483_645, the spec's limit for one value
 CONNECTION_LIMITS: dict[str, tuple[int, int]]  # name -> (SQLITE_LIMIT_ id, value)
 
 def _library_info() -> tuple[str, str, tuple[str, ...]]: ...
-def _exit_transaction(self: Any, exc_type: Any, exc: Any, tb: Any) -> None:
-    """Transaction.__exit__, compiled: ends the innermost level of `self.levels`."""
+def give_back_free_pages(db: Database) -> None:
+    """Give the pages deletes freed back to the file system (incremental auto-vacuum)."""
+def record_modified_at(db: Database) -> None:
+    """Write the file's modification time."""
+
+@disjoint_base
+class TransactionLevels:
+    """The levels one transaction object entered, innermost last, and its compiled __exit__."""
+
+    def __init__(self) -> None: ...
+    @property
+    def levels(self) -> list[Level]: ...
+    def _push(self, level: Level) -> None: ...
+    def _drop(self, level: Level) -> None: ...
+    def _pop(self) -> Level: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
 
 @disjoint_base
 class Level:
@@ -33,6 +52,8 @@ class Level:
     @property
     def depth(self) -> int: ...
     mark: Any
+    def unmark(self) -> None:
+        """Take the level off the list of the context that entered it."""
     @property
     def is_open(self) -> bool:
         """Opened, and its block has not ended it."""
@@ -296,24 +317,17 @@ class Writer:
         self,
         db: Database,
         *,
-        batch_bytes: int = 67108864,
-        queue_bytes: int = 268435456,
-        blob_min: int = 131072,
         hold_spill_min: int | None = None,
-        hold_spill_max: int = 536870912,
         touch_sql: str | None = None,
-        touch_every: float = 0.5,
-        max_age: float = 0.002,
         signal_bytes: int = 0,
         checkpoint: bool = False,
         synchronous: int = 1,
-        checkpoint_pages: int = 256,
-        wal_limit_pages: int = 4096,
         wal_after: int = 0,
-        small_bytes: int = 262144,
-        vacuum_pages: int = 256,
-        vacuum_min: int = 16,
-    ) -> None: ...
+        **tunables: float,
+    ) -> None:
+        """The tunables (batch_bytes, queue_bytes, blob_min, hold_spill_max, touch_every,
+        max_age, checkpoint_pages, wal_limit_pages, small_bytes, vacuum_pages, vacuum_min) are
+        zarrdb._tunables' unless given."""
     @overload
     def submit(
         self, ops: Iterable[_Op], *, port: Port | None = None, block: Literal[True] = True

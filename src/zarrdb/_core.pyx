@@ -181,5 +181,6 @@ include "_maintenance.pxi"  # checkpoint, journal mode, integrity, VACUUM, backu
 include "_pause_points.pxi"  # named pause points (test builds)
 include "_writer_ops.pxi"  # the writer's operations and the buffers of their values
 include "_writer.pxi"  # the writer thread and its Python class (+ _writer_*.pxi)
+include "_closing.pxi"  # what closing runs on the write connection
 include "_remote_vfs.pxi"  # remote files: the VFS's block cache, RemoteFile, RemoteDatabase
 include "_vfs_powerloss.pxi"  # the power-loss simulator (test builds)

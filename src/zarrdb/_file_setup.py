@@ -89,7 +89,7 @@ def open_writable(path: str, opts: dict[str, Any]) -> Database:
         else:
             _format.warn(_format.validate(facts, path=path, writable=True))
         # "auto" starts with a rollback journal (TRUNCATE: no file created and deleted at every
-        # commit) and the writer may move to WAL (see _writing.AUTO_WAL_AFTER); a file another
+        # commit) and the writer may move to WAL (see _tunables.AUTO_WAL_AFTER); a file another
         # connection has in WAL mode already stays in it.
         wanted = {"auto": "truncate", "wal": "wal", "delete": "delete"}[opts["journal"]]
         if opts["journal"] == "auto" and db.journal_mode() == "wal":

@@ -12,11 +12,13 @@ from typing import Protocol, TypeVar
 
 
 class OpenFile(Protocol):
-    """What the registry needs to know of a store's connections (_connections.Connections)."""
+    """What the registry needs to know of a store's connections (_open_file.OpenFile)."""
 
     store_path: str
     pid: int
-    closed: bool
+
+    @property
+    def closed(self) -> bool: ...
 
     def holds_local_file(self) -> bool: ...
 

@@ -2,15 +2,15 @@
 ranges for sharded arrays, sizes, and the listings, each on the calling thread's read
 connection (or the transaction's own, inside one).
 
-A mixin of SQLiteStore, which holds the store's `Session` (`_session`, _session.py): every read
-reaches the file through it.
+A mixin of SQLiteStore, which holds the store's open file (`OpenFile`, _open_file.py): every
+read asks the store for it once (`_file()`).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from zarr.abc.store import (
@@ -23,7 +23,7 @@ from zarr.core.buffer import Buffer, BufferPrototype, cpu, default_buffer_protot
 
 from zarrdb import _format
 from zarrdb._core import Database
-from zarrdb._session import Session
+from zarrdb._open_file import FileSpec, OpenFile
 
 T = TypeVar("T")
 
@@ -85,7 +85,12 @@ class Reads:
     # on the loop's thread (a hint: a wrong guess costs a thread hop or a second lookup).
     _large_values: bool = False
 
-    _session: Session
+    _spec: FileSpec
+
+    if TYPE_CHECKING:  # OpenFileHolder's (_open_file.py), beside this mixin in SQLiteStore
+        def _file(self) -> OpenFile: ...
+        def _current_file(self) -> OpenFile: ...
+        def _file_for_write(self) -> OpenFile: ...
 
     def get_sync(
         self,
@@ -113,11 +118,11 @@ class Reads:
         Buffer or None
             The bytes, or None if the key is not stored.
         """
-        conns = self._session.connections()
-        if conns.in_transaction():
-            data = conns.read_with(lambda db: _get_one(db, key, byte_range))
+        file = self._file()
+        if file.in_transaction():
+            data = file.read_with(lambda db: _get_one(db, key, byte_range))
         else:  # the common case, without a closure per call
-            data = _get_one(conns.reader(), key, byte_range)
+            data = _get_one(file.reader(), key, byte_range)
         if data is None:
             return None
         return _as_buffer(prototype or default_buffer_prototype(), data)
@@ -136,14 +141,14 @@ class Reads:
         """
         if prototype is None:
             prototype = default_buffer_prototype()
-        if self._session.location is not None:
+        if self._spec.location is not None:
             # Every read of a remote file in the store's read threads, where waits for the
             # network overlap (and the event loop's thread never waits for one).
-            return await self._session.read_pool().run(
+            return await self._current_file().read_threads().run(
                 self.get_sync, key, prototype=prototype, byte_range=byte_range
             )
-        conns = self._session.connections()
-        if conns.in_transaction():
+        file = self._file()
+        if file.in_transaction():
             # The transaction's connection, once the writes queued before are written: wait
             # for it in a worker thread, not on the loop (which may run those writes).
             return await asyncio.to_thread(
@@ -157,7 +162,7 @@ class Reads:
                 if data is not None and len(data) <= INLINE_READ_MAX:
                     self._large_values = False
             else:
-                found = conns.reader().get_limited(key, INLINE_READ_MAX)
+                found = file.reader().get_limited(key, INLINE_READ_MAX)
                 if isinstance(found, int):  # its length: larger than the inline bound
                     self._large_values = True
                     data = await asyncio.to_thread(self._get_in_thread, key)
@@ -168,23 +173,23 @@ class Reads:
             if length is not None and length > INLINE_RANGE_MAX:
                 data = await asyncio.to_thread(self._get_range_in_thread, key, start, length)
             else:
-                data = conns.reader().get_range(key, start, length)
+                data = file.reader().get_range(key, start, length)
         return None if data is None else _as_buffer(prototype, data)
 
     def _get_in_thread(self, key: str) -> bytes | None:
-        return self._session.connections().reader().get(key)
+        return self._file().reader().get(key)
 
     def _get_range_in_thread(self, key: str, start: int, length: int | None) -> bytes | None:
-        return self._session.connections().reader().get_range(key, start, length)
+        return self._file().reader().get_range(key, start, length)
 
     def _get_ranges_sync(
         self, requests: Sequence[tuple[str, int, int | None]]
     ) -> list[bytes | None]:
-        return self._session.connections().read_with(lambda db: db.get_ranges(requests))
+        return self._file().read_with(lambda db: db.get_ranges(requests))
 
     async def _get_ranges(self, requests: list[tuple[str, int, int | None]]) -> list[bytes | None]:
-        if self._session.location is not None:
-            pool = self._session.read_pool()
+        if self._spec.location is not None:
+            pool = self._current_file().read_threads()
             if len(requests) == 1:
                 return await pool.run(self._get_ranges_sync, requests)
             # Each range in a read thread of its own: their misses are fetched together (the
@@ -194,7 +199,7 @@ class Reads:
                     *(pool.run(self._get_range_in_thread, *request) for request in requests)
                 )
             )
-        if len(requests) <= INLINE_BATCH_MAX and not self._session.connections().in_transaction():
+        if len(requests) <= INLINE_BATCH_MAX and not self._file().in_transaction():
             return self._get_ranges_sync(requests)
         return await asyncio.to_thread(self._get_ranges_sync, requests)
 
@@ -284,12 +289,12 @@ class Reads:
     async def _read(self, fn: Callable[[Database], T]) -> T:
         """`fn(db)` on the connection a read uses; while an explicit transaction is open, in
         a worker thread (its connection waits for the writes queued before the read)."""
-        if self._session.location is not None:
-            return await self._session.read_pool().run(lambda: self._session.connections().read_with(fn))
-        conns = self._session.connections()
-        if conns.in_transaction():
-            return await asyncio.to_thread(conns.read_with, fn)
-        return fn(conns.reader())
+        if self._spec.location is not None:
+            return await self._current_file().read_threads().run(lambda: self._file().read_with(fn))
+        file = self._file()
+        if file.in_transaction():
+            return await asyncio.to_thread(file.read_with, fn)
+        return fn(file.reader())
 
     async def exists(self, key: str) -> bool:
         """Whether `key` is stored."""

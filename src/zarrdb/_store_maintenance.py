@@ -2,8 +2,8 @@
 vacuum, integrity check, listing sizes, facts about the file (public API; the command line is
 built on them).
 
-A mixin of SQLiteStore, which holds the store's `Session` (`_session`, _session.py): every
-operation reaches the file through it.
+A mixin of SQLiteStore, which holds the store's open file (`OpenFile`, _open_file.py): every
+operation asks the store for it once (`_file()`).
 """
 
 from __future__ import annotations
@@ -11,23 +11,30 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from zarrdb import _format, errors
 from zarrdb._core import Database
-from zarrdb._session import Session
+from zarrdb._open_file import FileSpec, OpenFile
 
 T = TypeVar("T")
 
 
 class FileOperations:
     path: str
-    _session: Session
+    _spec: FileSpec
+
+    if TYPE_CHECKING:  # OpenFileHolder's (_open_file.py), beside this mixin in SQLiteStore
+        def _file(self) -> OpenFile: ...
+        def _current_file(self) -> OpenFile: ...
+        def _file_for_write(self) -> OpenFile: ...
 
     def _maintain(self, fn: Callable[[Database], T]) -> T:
         """Run `fn(db)` on the write connection, once everything queued is written (inside
         an open explicit transaction, as part of it: the store object is the transaction's)."""
-        return self._session.for_write().write_with(fn)
+        if self._spec.read_only:
+            raise ValueError("store was opened in read-only mode and does not support writing")
+        return self._file_for_write().write_with(fn)
 
     def move(self, source: str, dest: str) -> int:
         """Deprecated name of `rename`.
@@ -103,7 +110,7 @@ class FileOperations:
         target = os.fspath(dest)
         if os.path.exists(target):
             raise FileExistsError(f"{target!r} exists already")
-        self._session.connections().read_with(lambda db: db.backup_to(target))
+        self._file().read_with(lambda db: db.backup_to(target))
 
     def vacuum(self) -> None:
         """Rebuild the file without free pages.
@@ -121,7 +128,7 @@ class FileOperations:
         list of str
             The problems found, one per item; empty when the file is sound.
         """
-        return self._session.connections().read_with(lambda db: db.integrity_check())
+        return self._file().read_with(lambda db: db.integrity_check())
 
     def key_sizes(self, prefix: str = "") -> list[tuple[str, int]]:
         """The stored size of every value whose key starts with `prefix`, without reading it.
@@ -131,7 +138,7 @@ class FileOperations:
         list of (str, int)
             `(key, length in bytes)` pairs, in key order.
         """
-        return self._session.connections().read_with(lambda db: db.list_prefix_sizes(prefix))
+        return self._file().read_with(lambda db: db.list_prefix_sizes(prefix))
 
     def remote_stats(self) -> dict[str, int] | None:
         """The counters of a remote file's block cache.
@@ -143,7 +150,7 @@ class FileOperations:
             request, failures, evictions, `cached_bytes` and `loading` (blocks being fetched
             now); None for a local file.
         """
-        remote = self._session.connections().remote
+        remote = self._file().remote
         return None if remote is None else remote.stats()
 
     def file_info(self) -> dict[str, Any]:
@@ -159,7 +166,7 @@ class FileOperations:
         """
         import zarrdb
 
-        conns = self._session.connections()
+        file = self._file()
 
         def read(db: Database) -> dict[str, Any]:
             facts = _format.read_facts(db)
@@ -167,7 +174,7 @@ class FileOperations:
             freelist = db.pragma("freelist_count")
             info: dict[str, Any] = {
                 "path": self.path,
-                "file_size": conns.remote.size if conns.remote else os.path.getsize(self.path),
+                "file_size": file.remote.size if file.remote else os.path.getsize(self.path),
                 "format_version": facts.metadata.get("sqlitestore_version"),
                 "created_by": facts.metadata.get("created_by"),
                 "modified_at": facts.metadata.get("modified_at"),
@@ -186,4 +193,4 @@ class FileOperations:
             }
             return info
 
-        return conns.read_with(read)
+        return file.read_with(read)

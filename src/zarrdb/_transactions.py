@@ -28,11 +28,11 @@ from contextvars import ContextVar
 from typing import Any, Generic, Protocol, TypeVar
 
 from zarrdb import _pause, errors
-from zarrdb._core import Level, Writer, _exit_transaction
+from zarrdb._core import Level, TransactionLevels, Writer
 
 
-class Writing(Protocol):
-    """What a transaction needs of a store's writes (zarrdb._writing.Writing, which imports
+class Submitter(Protocol):
+    """What a transaction needs of a store's writes (zarrdb._submitting.Submitter, which imports
     this module: named here by what it does, not imported)."""
 
     writer: Writer
@@ -42,8 +42,8 @@ class Writing(Protocol):
 S = TypeVar("S")  # the session a Transaction gives when entered (the store)
 
 # The levels the current context works inside, outermost first (of every store: each level
-# knows its store's session by `owner`).
-_INSIDE: ContextVar[tuple[Level, ...]] = ContextVar("zarrdb_transactions", default=())
+# knows its store by `owner`, the store's FileSpec.key).
+INSIDE: ContextVar[tuple[Level, ...]] = ContextVar("zarrdb_transactions", default=())
 
 
 def check_inside(owner: object) -> None:
@@ -51,7 +51,7 @@ def check_inside(owner: object) -> None:
     be written: ClosedError if the open file it belongs to was closed (or is the parent
     process's), NestingError if the level around it ended first and rolled it back, or if
     another level is open inside it (a write from its code would be undone with that level)."""
-    inside = _INSIDE.get()
+    inside = INSIDE.get()
     if not inside:
         return
     for level in reversed(inside):
@@ -83,54 +83,57 @@ def check_inside(owner: object) -> None:
         # Its block ended: the code belongs to the level around it, if any.
 
 
+def expected_depth(writer: Writer) -> int:
+    """The depth of the innermost open transaction level of `writer` that the calling code is
+    in (-1: none): the level its write must still be the innermost one of when it is queued."""
+    inside = INSIDE.get()
+    if inside:
+        for level in reversed(inside):
+            if level.writer is writer and level.is_open:
+                return int(level.depth)
+    return -1
+
+
 def _parent(level: Level) -> Level | None:
     """The innermost open level of `level`'s writer the calling code works inside (None: a
     new transaction)."""
-    for outer in reversed(_INSIDE.get()):
+    for outer in reversed(INSIDE.get()):
         if outer.writer is level.writer and outer.is_open:
             return outer
     return None
 
 
-def _unmark(level: Level) -> None:
-    mark, level.mark = level.mark, None
-    if mark is not None:
-        with contextlib.suppress(ValueError, RuntimeError):  # another context set it
-            _INSIDE.reset(mark)
-
-
 def _abandon(level: Level) -> None:
     """Roll back `level` if it was opened for a caller who is gone (interrupted by a signal as
     opening returned, or a cancelled task)."""
-    _unmark(level)
+    level.unmark()
     if level.is_open:
         with contextlib.suppress(Exception):
             level.writer.end_level(level, False)
 
 
-class Transaction(Generic[S]):
+class Transaction(TransactionLevels, Generic[S]):
     """`with store.transaction():` and `async with store.transaction():` (see the module's
-    docstring for the rules)."""
+    docstring for the rules). The levels it entered, and its compiled `__exit__`, are the
+    engine's (zarrdb._core.TransactionLevels)."""
 
-    def __init__(self, store: S, writing: Callable[[], Writing], owner: object) -> None:
+    def __init__(self, store: S, submitter: Callable[[], Submitter], owner: object) -> None:
         self.store = store  # what entering gives
-        # The store's writer; raises if the store may not write, or if the calling code is in
+        # The store's writes; raises if the store may not write, or if the calling code is in
         # a level it can no longer write (check_inside).
-        self.writing = writing
-        self.owner = owner  # the store's session (its key)
-        self.levels: list[Level] = []
+        self.submitter = submitter
+        self.owner = owner  # the store's key (FileSpec.key)
 
     def _level(self) -> Level:
-        writing = self.writing()
-        writing.queue_bursts_here()  # the loop's writes before the block are not its own
-        return Level(writing.writer, self.owner)
+        submitter = self.submitter()
+        submitter.queue_bursts_here()  # the loop's writes before the block are not its own
+        return Level(submitter.writer, self.owner)
 
     def _forget(self, level: Level) -> None:
         """Roll back `level` if it opened, and drop it (its __enter__ failed or was
         interrupted)."""
         _abandon(level)
-        if level in self.levels:
-            self.levels.remove(level)
+        self._drop(level)
 
     def __enter__(self) -> S:
         # Ctrl-C or SIGTERM may raise at any point where Python runs signal handlers: as a
@@ -140,17 +143,15 @@ class Transaction(Generic[S]):
         level = self._level()
         _pause.point("txn.enter")
         try:
-            self.levels.append(level)
+            self._push(level)
             level.writer.open_level(level, _parent(level))
-            level.mark = _INSIDE.set((*_INSIDE.get(), level))
+            level.mark = INSIDE.set((*INSIDE.get(), level))
         except BaseException:
             self._forget(level)
             raise
         return self.store
 
-    # Compiled (zarrdb._core): a __exit__ written in Python could be interrupted as it starts,
-    # before the level has ended, leaving the transaction open for good.
-    __exit__ = _exit_transaction
+    # __exit__ is TransactionLevels' (compiled: see there why).
 
     async def __aenter__(self) -> S:
         # In a worker thread: waiting for another transaction, for the writes queued before,
@@ -158,15 +159,15 @@ class Transaction(Generic[S]):
         # this transaction's own work. The context's mark is set here, in the coroutine.
         level = self._level()
         _pause.point("txn.enter")
-        self.levels.append(level)
+        self._push(level)
         opening = asyncio.ensure_future(
             asyncio.to_thread(level.writer.open_level, level, _parent(level))
         )
         try:
             await asyncio.shield(opening)
-            level.mark = _INSIDE.set((*_INSIDE.get(), level))
+            level.mark = INSIDE.set((*INSIDE.get(), level))
         except BaseException:
-            self.levels.remove(level)
+            self._drop(level)
             if opening.done():
                 _abandon(level)
             else:  # cancelled: the thread goes on; end what it opens
@@ -176,8 +177,8 @@ class Transaction(Generic[S]):
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         _pause.point("txn.exit")
-        level = self.levels.pop()
-        _unmark(level)
+        level = self._pop()
+        level.unmark()
         if level.is_open or level.undone:
             # Shielded: a task cancelled while the commit runs must not leave it half done.
             ending = asyncio.to_thread(level.writer.end_level, level, exc_type is None)

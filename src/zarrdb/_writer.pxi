@@ -23,6 +23,7 @@
 # itself does not use one.)
 
 from collections import deque as _deque
+from zarrdb import _tunables
 
 # Result codes of our own (SQLite's are all below 1 << 16 with extended codes).
 cdef enum:
@@ -702,6 +703,10 @@ cdef int64_t _cache_bytes(Database db) except -1:
 cdef class Writer:
     """The write connection of a Database, run by a C thread (see the top of _writer.pxi).
 
+    The numbers (batch_bytes, queue_bytes, blob_min, hold_spill_max, touch_every, max_age,
+    checkpoint_pages, wal_limit_pages, small_bytes, vacuum_pages, vacuum_min) are
+    zarrdb._tunables' unless given; the switches (signal_bytes, checkpoint, wal_after,
+    touch_sql) are off unless given.
     batch_bytes: most bytes one group commit takes; queue_bytes: submitters wait while more
     than this is queued; blob_min: values at least this long are written through the blob API;
     hold_spill_min: batches of at least this many bytes are written without SQLite spilling
@@ -736,11 +741,8 @@ cdef class Writer:
         self._joined = _deque()
         self._stack = []
 
-    def __init__(self, Database db, *, batch_bytes=64 << 20, queue_bytes=256 << 20,
-                 blob_min=128 << 10, hold_spill_min=None, hold_spill_max=512 << 20, touch_sql=None, touch_every=0.5,
-                 max_age=2e-3, signal_bytes=0, checkpoint=False, synchronous=1,
-                 checkpoint_pages=256, wal_limit_pages=4096, wal_after=0, small_bytes=256 << 10,
-                 vacuum_pages=256, vacuum_min=16):
+    def __init__(self, Database db, *, hold_spill_min=None, touch_sql=None, signal_bytes=0,
+                 checkpoint=False, synchronous=1, wal_after=0, **tunables):
         cdef WState* w
         cdef sqlite3_stmt* stmt = NULL
         cdef bytes sql
@@ -751,6 +753,23 @@ cdef class Writer:
         if db.readonly:
             raise _errors.ReadOnlyError(f"{db.path!r} is open read-only", code=SQLITE_READONLY,
                                         filename=db.path)
+        # The measured numbers have one home, zarrdb._tunables; a caller may give its own.
+        options = _tunables.writer_options()
+        unknown = tunables.keys() - options.keys()
+        if unknown:
+            raise TypeError(f"Writer() got unexpected keyword arguments {sorted(unknown)}")
+        options.update(tunables)
+        batch_bytes = options["batch_bytes"]
+        queue_bytes = options["queue_bytes"]
+        blob_min = options["blob_min"]
+        hold_spill_max = options["hold_spill_max"]
+        touch_every = options["touch_every"]
+        max_age = options["max_age"]
+        checkpoint_pages = options["checkpoint_pages"]
+        wal_limit_pages = options["wal_limit_pages"]
+        small_bytes = options["small_bytes"]
+        vacuum_pages = options["vacuum_pages"]
+        vacuum_min = options["vacuum_min"]
         self.db = db
         self.path = db.path
         self.busy_timeout = db._busy_timeout

@@ -16,8 +16,8 @@ cdef enum:
 
 cdef class Level:
     """One level of an explicit transaction: the writer it is opened on (its store's open file,
-    kept for good: after close() or fork() the level cannot be written any more), `owner` (the
-    store session it belongs to), and `mark`, what resets the entering context's list of
+    kept for good: after close() or fork() the level cannot be written any more), `owner` (what
+    names the store it belongs to), and `mark`, what resets the entering context's list of
     levels."""
 
     cdef readonly Writer writer
@@ -25,6 +25,7 @@ cdef class Level:
     cdef readonly int64_t token  # the transaction's (0 until open)
     cdef readonly int depth  # 1: the outermost level
     cdef int state
+    # The token that resets the entering context's list of levels (a contextvars.Token).
     cdef public object mark
 
     def __cinit__(self, Writer writer, object owner=None):
@@ -41,6 +42,20 @@ cdef class Level:
     def undone(self):
         """Rolled back because the level around it ended first; its block has not ended yet."""
         return self.state == LEVEL_UNDONE
+
+    cdef int _unmark(self) except -1:
+        mark = self.mark
+        if mark is not None:
+            self.mark = None
+            try:
+                mark.var.reset(mark)
+            except (ValueError, RuntimeError):  # another context set it
+                pass
+        return 0
+
+    def unmark(self):
+        """Take the level off the list of the context that entered it."""
+        self._unmark()
 
     @property
     def usable(self):
@@ -288,26 +303,52 @@ cdef int _end_level(Writer self, Level level, bint ok) except -1:
     return 0
 
 
-def _exit_transaction(self, exc_type, exc, tb):
-    """Transaction.__exit__ (zarrdb._transactions), compiled: a `__exit__` written in Python can
-    be interrupted by a signal handler as it starts (CPython runs them at the start of every
-    Python function), which would leave the transaction open for good; here nothing runs Python
-    code until the level has ended. Ends the innermost level the Transaction entered,
-    `self.levels[-1]`: committed if the block raised nothing, else rolled back."""
-    cdef list levels = self.levels
-    cdef Level level
-    if not levels:
-        raise _errors.MisuseError("the transaction's block was not entered", code=SQLITE_MISUSE)
-    level = levels[len(levels) - 1]  # (the module is compiled without negative indexing)
-    try:
-        mark = level.mark
-        if mark is not None:
-            level.mark = None
-            try:
-                mark.var.reset(mark)
-            except (ValueError, RuntimeError):  # another context set it
-                pass
-        if level.state == LEVEL_OPEN or level.state == LEVEL_UNDONE:
-            _end_level(level.writer, level, exc_type is None)
-    finally:
-        levels.remove(level)
+cdef class TransactionLevels:
+    """The levels one `store.transaction()` object has entered and not yet ended, innermost
+    last: the engine's side of zarrdb._transactions.Transaction, which subclasses it. Its
+    `__exit__` is compiled: one written in Python can be interrupted by a signal handler as it
+    starts (CPython runs them at the start of every Python function), which would leave the
+    transaction open for good; here nothing runs Python code until the level has ended."""
+
+    cdef list _entered
+
+    def __cinit__(self, *args, **kwargs):
+        self._entered = []
+
+    @property
+    def levels(self):
+        """The levels entered and not yet ended, outermost first (a copy)."""
+        return list(self._entered)
+
+    def _push(self, Level level):
+        """List `level` as entered (before it is opened: an interruption from here on finds
+        it and rolls back what was opened)."""
+        self._entered.append(level)
+
+    def _drop(self, Level level):
+        """Forget `level` (its opening failed or was interrupted)."""
+        if level in self._entered:
+            self._entered.remove(level)
+
+    def _pop(self):
+        """The innermost level entered, no longer listed."""
+        if not self._entered:
+            raise _errors.MisuseError("the transaction's block was not entered",
+                                      code=SQLITE_MISUSE)
+        return self._entered.pop()
+
+    def __exit__(self, exc_type, exc, tb):
+        """Ends the innermost level entered: committed if the block raised nothing, else
+        rolled back."""
+        cdef list entered = self._entered
+        cdef Level level
+        if not entered:
+            raise _errors.MisuseError("the transaction's block was not entered",
+                                      code=SQLITE_MISUSE)
+        level = entered[len(entered) - 1]  # (the module is compiled without negative indexing)
+        try:
+            level._unmark()
+            if level.state == LEVEL_OPEN or level.state == LEVEL_UNDONE:
+                _end_level(level.writer, level, exc_type is None)
+        finally:
+            entered.remove(level)

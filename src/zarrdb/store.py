@@ -2,15 +2,16 @@
 
 This module is the adapter between zarr's Store API and the engine: opening, options, pickling
 and writes. The work behind it lives in its own modules (the module map of docs/development.md):
-- _session.py: the store's open file in this process (the store holds one; reads, writes and
-  file operations reach the file through it); _connections.py: the connections of this process
-  and where each call goes, closing on every path; _file_setup.py: creating and checking the
-  file; _readers.py: a read connection per thread;
+- _open_file.py: the store's open file in this process (OpenFile: its connections, writer,
+  remote read threads, process id and closing, behind one lock; the store holds one and asks
+  it once per call, and makes a new one after close() or fork()); _file_setup.py: creating and
+  checking the file; _readers.py: a read connection per thread;
 - _reading.py: reads, byte ranges, batches and listings (a mixin of SQLiteStore);
-- _writing.py: writes go to the engine's writer thread (group commit beside zarr's own work),
-  and explicit transactions (`with store.transaction():`) on top of it;
-- _store_maintenance.py: operations on the file as a whole (rename, backup, vacuum, check,
-  file_info, ...; a mixin).
+- _submitting.py: writes go to the engine's writer thread (group commit beside zarr's own
+  work; an event loop's bursts and completions in _completions.py, the numbers in
+  _tunables.py), and explicit transactions (`with store.transaction():`, _transactions.py) on
+  top of it;
+- _store_maintenance.py: file-level operations (rename, backup, vacuum, check, file_info, ...; a mixin).
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from zarrdb import remote as _remote
 from zarrdb._file_setup import DEFAULT_CACHE_KIB, DEFAULT_MMAP_BYTES
 from zarrdb._store_maintenance import FileOperations
 from zarrdb._reading import Reads
-from zarrdb._session import Session
+from zarrdb._open_file import FileSpec, OpenFileHolder
+from zarrdb._submitting import Submitter
 from zarrdb._transactions import Transaction
-from zarrdb._writing import Writing
 
 if TYPE_CHECKING:
     from typing import Self
@@ -47,7 +48,7 @@ def _value_view(value: Buffer) -> Any:
     return value.as_numpy_array()
 
 
-class SQLiteStore(FileOperations, Reads, Store):
+class SQLiteStore(FileOperations, Reads, OpenFileHolder, Store):
     """A zarr v3 store that keeps a whole hierarchy in one SQLite file (SQLiteStore 1.0).
 
     Pass it wherever zarr takes a store. The file is opened at the first use (or by
@@ -178,7 +179,7 @@ class SQLiteStore(FileOperations, Reads, Store):
             "journal": journal,
             "check_pages": bool(check_pages),
         }
-        self._session = Session(
+        self._spec = FileSpec(
             self.path,
             self.read_only,
             self._options,
@@ -186,15 +187,17 @@ class SQLiteStore(FileOperations, Reads, Store):
             block_cache=block_cache_options,
             accept_zarr2=self._accept_zarr2,
         )
+        self._expect_etag: str | None = None  # the version a pickled remote store was opened at
+        self._open_file = self._new_file()
 
     @property
     def _is_open(self) -> bool:  # zarr's flag: whether this process has the file open now
-        session = self.__dict__.get("_session")
-        return session is not None and session.is_open
+        file = self.__dict__.get("_open_file")
+        return file is not None and file.ready
 
     @_is_open.setter
     def _is_open(self, value: bool) -> None:
-        """zarr's Store sets the flag in __init__ and close(); here it follows the session."""
+        """zarr's Store sets the flag in __init__ and close(); here it follows the open file."""
 
     # --- life cycle ------------------------------------------------------------------------
 
@@ -245,16 +248,17 @@ class SQLiteStore(FileOperations, Reads, Store):
             raise ValueError("store is already open")
         await self._ensure_open()
 
-    def _writable_writing(self) -> Writing:
+    def _writable_submitter(self) -> Submitter:
         """The writer, after checking that the store may write (ReadOnlyError)."""
         self._check_writable()
-        return self._session.writing()
+        return self._submitter()
 
     async def _ensure_open(self) -> None:
         if self._remote is not None:  # the opening request, off the event loop's thread
-            await self._session.read_pool().run(self._session.connections)
+            file = self._current_file()
+            await file.read_threads().run(file.open)
         else:
-            self._session.connections()
+            self._file()
 
     def ensure_open(self) -> None:
         """Open the file now instead of at the first use.
@@ -270,7 +274,7 @@ class SQLiteStore(FileOperations, Reads, Store):
             If the file is not a SQLiteStore file this zarrdb can use, is damaged, or stays
             locked longer than `busy_timeout`.
         """
-        self._session.connections()
+        self._file()
 
     @property
     def options(self) -> dict[str, Any]:
@@ -287,7 +291,7 @@ class SQLiteStore(FileOperations, Reads, Store):
         The file is put back in DELETE journal mode, so no `-wal`, `-shm` or `-journal` file
         remains beside it. The store reopens by itself when it is used again.
         """
-        self._session.close()
+        self._open_file.close()
         super().close()
 
     def __enter__(self) -> Self:
@@ -298,7 +302,7 @@ class SQLiteStore(FileOperations, Reads, Store):
         opts = dict(self._options)
         if self._remote is not None:
             return type(self)(
-                self._remote, read_only=read_only, block_cache=self._session.block_cache, **opts
+                self._remote, read_only=read_only, block_cache=self._spec.block_cache, **opts
             )
         return type(self)(self.path, read_only=read_only, **opts)
 
@@ -323,12 +327,11 @@ class SQLiteStore(FileOperations, Reads, Store):
         if self._remote is not None:
             # A remote store reopens at the version it has open (or was given), so that the
             # processes reading one array never mix two versions of the file.
-            conns = self._session.current
-            opened = conns.remote if conns is not None else None
+            opened = self._open_file.remote
             state["remote"] = {
                 "location": self._remote,
-                "block_cache": self._session.block_cache,
-                "etag": opened.etag if opened is not None else self._session.expect_etag,
+                "block_cache": self._spec.block_cache,
+                "etag": opened.etag if opened is not None else self._expect_etag,
             }
         return state
 
@@ -343,7 +346,7 @@ class SQLiteStore(FileOperations, Reads, Store):
             block_cache=remote["block_cache"],
             **state["options"],
         )
-        self._session.expect_etag = remote["etag"]
+        self._expect_etag = self._open_file.expect_etag = remote["etag"]
 
     def transaction(self) -> Transaction[Self]:
         """A block whose writes to this store are one atomic commit.
@@ -365,7 +368,7 @@ class SQLiteStore(FileOperations, Reads, Store):
         context manager
             Entering it gives the store.
         """
-        return Transaction(self, self._writable_writing, self._session.key)
+        return Transaction(self, self._writable_submitter, self._spec.key)
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -385,16 +388,16 @@ class SQLiteStore(FileOperations, Reads, Store):
         """
         self._check_writable()
         op = self._set_op(key, value)
-        self._session.writing().write_sync([op])
+        self._submitter().write_sync([op])
 
     def delete_sync(self, key: str) -> None:
         """Delete `key` (if stored) without an event loop; the synchronous form of `delete`."""
         self._check_writable()
-        self._session.writing().write_sync([("delete", _format.check_key(key), None)])
+        self._submitter().write_sync([("delete", _format.check_key(key), None)])
 
     async def _write(self, ops: list[tuple[str, str, Any]]) -> None:
         self._check_writable()
-        await self._session.writing().write_async(ops)
+        await self._submitter().write_async(ops)
 
     async def set(self, key: str, value: Buffer) -> None:
         """Store `value` at `key`; returns once it is committed (group commit).
@@ -413,7 +416,7 @@ class SQLiteStore(FileOperations, Reads, Store):
         """
         self._check_writable()
         op = self._set_op(key, value)
-        await self._session.writing().write_async([op])
+        await self._submitter().write_async([op])
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
         """Store `value` at `key` only if the key is not stored yet."""

@@ -74,7 +74,7 @@ def circles(graph: dict[str, set[str]], leave_out: str = "zarrdb") -> list[list[
 def test_the_graph_sees_the_package():
     graph = import_graph()
     assert len(graph) > 40
-    assert "zarrdb._session" in graph["zarrdb.store"]
+    assert "zarrdb._open_file" in graph["zarrdb.store"]
     assert "zarrdb" in graph["zarrdb._store_maintenance"]  # imported inside a function
     assert "zarrdb.cli.stores" in graph["zarrdb.cli.outputs"]  # under TYPE_CHECKING
 

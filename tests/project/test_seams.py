@@ -22,16 +22,10 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 SQL_ALLOWED = {
     "zarrdb.conformance",
     "zarrdb.demo",
-    "zarrdb._connections",  # moved by the lifecycle rework: PRAGMA incremental_vacuum, modified_at
 }
 
 # (module, private name it uses of another) still to be moved, each with its reason.
 PRIVATE_ALLOWED = {
-    # moved by the lifecycle rework
-    ("zarrdb._session", "_INSIDE"),
-    ("zarrdb._writing", "_INSIDE"),
-    ("zarrdb._writing", "_get_running_loop"),  # _compat.running_loop() is its replacement
-    ("zarrdb._transactions", "_exit_transaction"),
     # the engine's own functions, to be renamed in _core.pyx's rooms
     ("zarrdb", "_library_info"),
     ("zarrdb._file_setup", "_library_info"),

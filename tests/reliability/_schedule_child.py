@@ -31,7 +31,7 @@ import warnings
 import numpy as np
 from zarr.core.buffer import cpu
 
-from zarrdb import SQLiteStore, _pause, _writing
+from zarrdb import SQLiteStore, _pause, _tunables
 
 DEADLINE = 6.0  # seconds for a whole program, exit included: a hang fails in seconds
 GATE_WAIT = 0.25  # seconds a gate holds a thread at most
@@ -346,7 +346,7 @@ def child(request: dict) -> int:
         f.write(json.dumps({"started": os.getpid()}) + "\n")
     program = request["program"]
     if program.get("queue_bytes"):
-        _writing.QUEUE_MAX_BYTES = program["queue_bytes"]
+        _tunables.QUEUE_MAX_BYTES = program["queue_bytes"]
     return Run(program, request["path"], request["events"]).main()
 
 

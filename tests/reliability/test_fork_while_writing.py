@@ -44,7 +44,7 @@ def buf(data: bytes) -> cpu.Buffer:
 def _child(store: SQLiteStore, path: Path) -> dict[str, object]:
     report: dict[str, object] = {}
     try:  # the parent's writer, inherited
-        store._session.current.writing.writer.submit([("set", "x", b"x")])  # type: ignore[union-attr]
+        store._open_file.submitter.writer.submit([("set", "x", b"x")])  # type: ignore[union-attr]
     except errors.ForkedProcessError:
         report["inherited writer"] = "ForkedProcessError"
     own = SQLiteStore(path, busy_timeout=10)
@@ -97,7 +97,7 @@ def test_child_forked_while_a_parent_thread_closes_the_store_uses_it(tmp_path: P
     path = tmp_path / "fork-during-close.zarrdb"
     store = SQLiteStore(path, busy_timeout=CHILD_TIMEOUT)
     store.set_sync("before", buf(b"b"))
-    writer = store._session.connections().writing.writer
+    writer = store._file().submitter.writer
     holder = LockHolder(path, timeout=CHILD_TIMEOUT)
     threads = [threading.Thread(target=store.set_sync, args=("queued", buf(b"q")), daemon=True)]
     try:

@@ -512,7 +512,7 @@ def test_synchronous_follows_durability_and_journal(tmp_path, durability, journa
         rollback = wal = 2  # a library that would sync less: zarrdb sets FULL itself
 
     def synchronous(store) -> tuple[bool, int]:
-        writing = store._session.current.writing
+        writing = store._open_file.submitter
         return writing.call_holding(lambda db: (writing.writer.in_wal, db.pragma("synchronous")))
 
     with opened(tmp_path / "f.zarrdb", durability=durability, journal=journal) as store:

@@ -261,8 +261,8 @@ def test_store_used_before_fork_works_in_the_child(tmp_path, exit_how):
     arr[:50] = 1
     store.set_sync("parent/before", buf.from_bytes(b"p"))
     assert store.get_sync("parent/before") is not None  # the parent's reader exists
-    parent_conns = store._session.current
-    parent_writer, parent_readers = parent_conns.writing, list(parent_conns.pool.readers)
+    parent_conns = store._open_file
+    parent_writer, parent_readers = parent_conns.submitter, list(parent_conns.readers.readers)
     assert parent_writer is not None and parent_readers
 
     def child():
@@ -270,13 +270,13 @@ def test_store_used_before_fork_works_in_the_child(tmp_path, exit_how):
         before = store.get_sync("parent/before").to_bytes().decode()
         store.set_sync("child/key", buf.from_bytes(b"c"))
         arr[50:60] = 2
-        conns = store._session.current
+        conns = store._open_file
         report = {
             "values": values.tolist(),
             "before": before,
             "own_pid": conns.pid == os.getpid(),
-            "new_writer": conns.writing is not parent_writer,
-            "new_readers": not any(r is p for r in conns.pool.readers for p in parent_readers),
+            "new_writer": conns.submitter is not parent_writer,
+            "new_readers": not any(r is p for r in conns.readers.readers for p in parent_readers),
         }
         if exit_how == "close":
             store.close()
@@ -289,7 +289,7 @@ def test_store_used_before_fork_works_in_the_child(tmp_path, exit_how):
     assert report["before"] == "p"
     assert report["own_pid"] and report["new_writer"] and report["new_readers"], report
     # The parent's connections are the ones it had, and they work.
-    assert store._session.current is parent_conns and parent_conns.writing is parent_writer
+    assert store._open_file is parent_conns and parent_conns.submitter is parent_writer
     assert store.get_sync("child/key").to_bytes() == b"c"
     np.testing.assert_array_equal(arr[:], np.array([1] * 50 + [2] * 10 + [0] * 40))
     arr[60:70] = 3

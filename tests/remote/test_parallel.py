@@ -236,7 +236,7 @@ def test_closing_a_store_ends_the_reads_waiting_on_the_network(server):
     reader.start()
     deadline = time.monotonic() + 10
     while (
-        server.snapshot().in_flight == 0 or store._session._pool is None
+        server.snapshot().in_flight == 0 or store._open_file.read_pool is None
     ) and time.monotonic() < deadline:  # the read is in the store's read threads, waiting
         time.sleep(0.01)
     assert server.snapshot().in_flight >= 1, "the read never reached the server"

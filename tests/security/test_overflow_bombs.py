@@ -234,4 +234,4 @@ def test_files_from_others_are_read_with_each_page_checked(tmp_path, http):
     http.put("files/sound.zarrdb", sound_file(tmp_path / "sound.zarrdb").read_bytes())
     url = f"{http.url}files/sound.zarrdb"
     with SQLiteStore(url, read_only=True, storage_options={"allow_http": True}) as store:
-        assert store._session.connections().reader().pragma("cell_size_check") == 1
+        assert store._file().reader().pragma("cell_size_check") == 1

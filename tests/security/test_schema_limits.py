@@ -152,8 +152,7 @@ def test_store_connections_have_the_limits(tmp_path):
     store = SQLiteStore(path)
     try:
         store.ensure_open()
-        session = store._session
-        reader = session.connections().reader()
+        reader = store._file().reader()
         assert reader.limits() == EXPECTED_LIMITS
     finally:
         store.close()

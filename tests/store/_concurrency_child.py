@@ -173,7 +173,7 @@ def _maxrss_bytes() -> int:
 def _ingest(path: str, mib: int, pipeline: str) -> None:
     import zarr
 
-    import zarrdb._writing
+    import zarrdb._tunables
     from zarrdb import SQLiteStore
 
     rss_start = _maxrss_bytes()
@@ -195,7 +195,7 @@ def _ingest(path: str, mib: int, pipeline: str) -> None:
         t0 = time.perf_counter()
         arr[:] = data  # 1 MiB chunks
         seconds = time.perf_counter() - t0
-    stats = store._session.current.writing.writer.stats()
+    stats = store._open_file.submitter.writer.stats()
     rss_written = _maxrss_bytes()
     store.close()
     rss_closed = _maxrss_bytes()
@@ -215,7 +215,7 @@ def _ingest(path: str, mib: int, pipeline: str) -> None:
                 "rss_written": rss_written,
                 "rss_closed": rss_closed,
                 "queued_high_water": stats["max_queued_bytes"],
-                "queue_max_bytes": zarrdb._writing.QUEUE_MAX_BYTES,
+                "queue_max_bytes": zarrdb._tunables.QUEUE_MAX_BYTES,
                 "seconds": seconds,
                 "equal": equal,
             }

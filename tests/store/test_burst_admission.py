@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from zarr.core.buffer import cpu
 
-from zarrdb import SQLiteStore, _writing
+from zarrdb import SQLiteStore, _tunables
 
 # Loaded by its path: the tests run from any directory, without the repository on sys.path.
 LockHolder = runpy.run_path(str(Path(__file__).with_name("_lock_holder.py")))["LockHolder"]
@@ -58,7 +58,7 @@ def test_a_transaction_is_not_stuck_behind_the_writes_it_deferred(
     writes must still be queued (not wait for room that only the block's end makes)."""
     bound = 1024 * 1024
     size = 300 * 1024  # three fill the queue; a fourth does not fit beside them
-    monkeypatch.setattr(_writing, "QUEUE_MAX_BYTES", bound)
+    monkeypatch.setattr(_tunables, "QUEUE_MAX_BYTES", bound)
     path = tmp_path / "deferred.zarrdb"
     store = SQLiteStore(path)
     holder = None
@@ -91,7 +91,7 @@ def test_a_transaction_is_not_stuck_behind_the_writes_it_deferred(
 
     try:
         store.set_sync("first", value(0))  # opens the writer
-        writer = store._session.writing().writer
+        writer = store._submitter().writer
         holder = LockHolder(path)
         owner = run("block", block)
         # begin() holds the connection while it waits for the lock.
@@ -124,10 +124,10 @@ async def test_a_small_write_that_waited_for_room_is_committed_without_another_w
 ) -> None:
     """A burst that found the queue full is queued once there is room, after its turn has
     ended: the writer must hear that it is all there is, not wait for a flush that ran."""
-    monkeypatch.setattr(_writing, "QUEUE_MAX_BYTES", _writing.BURST_MAX_BYTES)
+    monkeypatch.setattr(_tunables, "QUEUE_MAX_BYTES", _tunables.BURST_MAX_BYTES)
     path = tmp_path / "room.zarrdb"
     store = SQLiteStore(path)
-    size = _writing.BURST_MAX_BYTES // 4  # four make a burst, queued at once: the queue is full
+    size = _tunables.BURST_MAX_BYTES // 4  # four make a burst, queued at once: the queue is full
     holder = None
     try:
         await store.set("first", value(0))
@@ -152,9 +152,9 @@ async def test_a_synchronous_write_on_the_loop_comes_after_the_bursts_waiting_fo
 ) -> None:
     """`set()` then `set_sync()` of the same key from the loop's thread: the later one stays,
     also when the earlier one's burst is waiting for room and the later one would fit."""
-    burst = _writing.BURST_MAX_BYTES
+    burst = _tunables.BURST_MAX_BYTES
     # One burst fits, two do not; a small write fits beside one.
-    monkeypatch.setattr(_writing, "QUEUE_MAX_BYTES", 2 * burst - 1024)
+    monkeypatch.setattr(_tunables, "QUEUE_MAX_BYTES", 2 * burst - 1024)
     path = tmp_path / "order.zarrdb"
     store = SQLiteStore(path)
     size = burst // 4
@@ -186,9 +186,9 @@ def test_closing_on_the_loop_writes_the_bursts_waiting_for_room(
 ) -> None:
     """close() from a coroutine while a burst of its loop waits for room: closing queues it
     first (as it queues the turn's burst), so its callers are written, not failed."""
-    monkeypatch.setattr(_writing, "QUEUE_MAX_BYTES", _writing.BURST_MAX_BYTES)
+    monkeypatch.setattr(_tunables, "QUEUE_MAX_BYTES", _tunables.BURST_MAX_BYTES)
     path = tmp_path / "close.zarrdb"
-    size = _writing.BURST_MAX_BYTES // 4
+    size = _tunables.BURST_MAX_BYTES // 4
     holders = []
 
     async def main() -> list[object]:

@@ -1,5 +1,5 @@
 """Small writes from an event loop in one turn of it go to the writer as one submission (a
-burst, see `_writing.BURST_VALUE_MAX`): what that must keep of the one-write-per-submission
+burst, see `_tunables.BURST_VALUE_MAX`): what that must keep of the one-write-per-submission
 behaviour. Each caller still waits until its own write is committed and gets its own error,
 writes keep the order they were made in, and an explicit transaction opened in the same turn
 gets none of the writes made before it."""
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from zarr.core.buffer import cpu
 
-from zarrdb import SQLiteStore, _writing
+from zarrdb import SQLiteStore, _tunables
 from zarrdb.errors import DatabaseLockedError
 
 # Loaded by its path: the tests run from any directory, without the repository on sys.path.
@@ -36,8 +36,8 @@ async def test_a_turn_of_small_writes_is_one_submission(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "burst.zarrdb")
     try:
         await store.set("first", value(0))  # opens the file and its writer
-        writer = store._session.writing().writer
-        n = _writing.BURST_MAX_BYTES // 1024 // 2  # a burst holds them all
+        writer = store._submitter().writer
+        n = _tunables.BURST_MAX_BYTES // 1024 // 2  # a burst holds them all
         before = writer.stats()["submissions"]
         for round_ in range(3):
             await asyncio.gather(*(store.set(f"r{round_}/{i}", value(i)) for i in range(n)))
@@ -63,9 +63,9 @@ async def test_large_values_and_other_kinds_of_write_are_queued_on_their_own(
     store = SQLiteStore(tmp_path / "alone.zarrdb")
     try:
         await store.set("first", value(0))
-        writer = store._session.writing().writer
+        writer = store._submitter().writer
         before = writer.stats()["submissions"]
-        large = _writing.BURST_VALUE_MAX + 1
+        large = _tunables.BURST_VALUE_MAX + 1
         await asyncio.gather(
             store.set("small/0", value(1)),
             store.set("large", value(2, large)),
@@ -83,7 +83,7 @@ async def test_large_values_and_other_kinds_of_write_are_queued_on_their_own(
 
 async def test_writes_in_one_turn_keep_their_order(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "order.zarrdb")
-    large = _writing.BURST_VALUE_MAX * 2
+    large = _tunables.BURST_VALUE_MAX * 2
     try:
         await asyncio.gather(
             store.set("a", value(1)),
@@ -178,21 +178,21 @@ async def test_a_burst_that_finds_the_queue_full_waits_for_room(
     """A burst is queued early once it holds BURST_MAX_BYTES; while another process holds the
     lock, the first fills the queue, and the next ones wait for room in a worker thread, one
     after the other."""
-    monkeypatch.setattr(_writing, "QUEUE_MAX_BYTES", _writing.BURST_MAX_BYTES)
+    monkeypatch.setattr(_tunables, "QUEUE_MAX_BYTES", _tunables.BURST_MAX_BYTES)
     path = tmp_path / "room.zarrdb"
     store = SQLiteStore(path)
-    size = _writing.BURST_MAX_BYTES // 4  # four values a burst
+    size = _tunables.BURST_MAX_BYTES // 4  # four values a burst
     try:
         await store.set("first", value(0))
         holder = LockHolder(path)
-        n = 3 * _writing.BURST_MAX_BYTES // size  # three bursts
+        n = 3 * _tunables.BURST_MAX_BYTES // size  # three bursts
         keys = [f"k/{i}" for i in range(n)]
         keys[n // 2] = keys[n - 1] = "same"  # in the second burst and in the third
         writes = asyncio.gather(*(store.set(key, value(i, size)) for i, key in enumerate(keys)))
         await asyncio.sleep(0.2)
         assert not writes.done()
-        queued = store._session.writing().writer.stats()["queued_bytes"]
-        assert queued < 2 * _writing.BURST_MAX_BYTES  # one burst (values and keys)
+        queued = store._submitter().writer.stats()["queued_bytes"]
+        assert queued < 2 * _tunables.BURST_MAX_BYTES  # one burst (values and keys)
         holder.let_go()
         await writes
         for i in (0, n // 2 - 1, n - 2):

@@ -121,7 +121,7 @@ def test_close_with_a_reader_busy_in_another_thread_still_closes_the_writer(
     outcome: dict[str, object] = {}
 
     def endless_read() -> None:
-        db = store._session.connections().reader()
+        db = store._file().reader()
         started.set()
         try:
             db.execute(
@@ -166,7 +166,7 @@ def test_close_waits_for_a_connection_being_opened_and_closes_it(tmp_path: Path)
             target=record_write, args=(store, "during", b"d", outcome, "write"), daemon=True
         )
         writer.start()
-        wait_for(store._session._lock.locked, outcome)  # the write is opening the store
+        wait_for(store._open_file.lock.locked, outcome)  # the write is opening the store
         closer = threading.Thread(target=store.close, daemon=True)
         closer.start()
         closer.join(0.5)
@@ -197,7 +197,7 @@ def test_a_write_waiting_for_a_transaction_closed_under_it(tmp_path: Path) -> No
     path = tmp_path / "refused-end.zarrdb"
     store = SQLiteStore(path, busy_timeout=JOIN_TIMEOUT)
     store.set_sync("before", buf(b"0"))
-    writer = store._session.connections().writing.writer
+    writer = store._file().submitter.writer
     outcome: dict[str, object] = {}
     entered, leave, holding, let_go = (threading.Event() for _ in range(4))
 
@@ -216,7 +216,7 @@ def test_a_write_waiting_for_a_transaction_closed_under_it(tmp_path: Path) -> No
             holding.set()
             let_go.wait(JOIN_TIMEOUT)
 
-        store._session.connections().writing.call_holding(hold)
+        store._file().submitter.call_holding(hold)
 
     holder = LockHolder(path, timeout=JOIN_TIMEOUT)
     threads = [threading.Thread(target=transaction, daemon=True)]

@@ -818,11 +818,11 @@ def test_threads_that_come_and_go_reuse_read_connections(read_only: bool, tmp_pa
     for start in range(0, 200, 4):
         run_threads([lambda i=i: read(i) for i in range(start, start + 4)])
     assert not wrong
-    conns = store._session.current
+    conns = store._open_file
     assert conns is not None
-    assert len(conns.pool.readers) <= 5, len(conns.pool.readers)
+    assert len(conns.readers.readers) <= 5, len(conns.readers.readers)
     if descriptors is not None:
         # each SQLite connection in WAL mode holds the file and its -shm; allow one spare
         assert _open_descriptors() <= descriptors + 2 * 4 + 2
     store.close()
-    assert conns.pool.readers == [] and conns.pool.idle == []
+    assert conns.readers.readers == [] and conns.readers.idle == []

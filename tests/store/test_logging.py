@@ -17,7 +17,7 @@ import pytest
 from zarr.core.buffer import cpu
 
 from store._lock_holder import LockHolder
-from zarrdb import SQLiteStore, _writing
+from zarrdb import SQLiteStore, _tunables
 
 
 def value(i: int, size: int = 1024) -> cpu.Buffer:
@@ -44,7 +44,7 @@ def test_switching_the_journal_to_wal_is_logged_once(tmp_path: Path, caplog, how
     caplog.set_level(logging.INFO, logger="zarrdb")
     path = tmp_path / "switch.zarrdb"
     store = SQLiteStore(path)
-    n = 3 * _writing.AUTO_WAL_AFTER
+    n = 3 * _tunables.AUTO_WAL_AFTER
     if how == "sync":
         for i in range(n):
             store.set_sync(f"k{i}", value(i))
@@ -65,7 +65,7 @@ def test_switching_the_journal_to_wal_is_logged_once(tmp_path: Path, caplog, how
 def test_a_file_that_stays_in_its_rollback_journal_logs_no_switch(tmp_path: Path, caplog):
     caplog.set_level(logging.DEBUG, logger="zarrdb")
     with SQLiteStore(tmp_path / "delete.zarrdb", journal="delete") as store:
-        for i in range(3 * _writing.AUTO_WAL_AFTER):
+        for i in range(3 * _tunables.AUTO_WAL_AFTER):
             store.set_sync(f"k{i}", value(i))
     assert [r for r in caplog.records if r.name.startswith("zarrdb")] == []
 
@@ -166,7 +166,7 @@ def test_a_failed_checkpoint_is_logged_as_a_warning(tmp_path: Path, caplog):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (_lowest_free_descriptor(), hard))
     try:
-        pages = _writing.CHECKPOINT_PAGES + 64
+        pages = _tunables.CHECKPOINT_PAGES + 64
         for i in range(pages):  # a 64 KiB page each, a commit each
             store.set_sync(f"k{i}", value(i, 60 * 1024))
     finally:

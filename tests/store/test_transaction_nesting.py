@@ -400,7 +400,7 @@ def test_a_nested_level_is_undone_while_the_outer_end_waits_for_the_connection(
     after the rollback."""
     path = tmp_path / "undone-while-waiting.zarrdb"
     store = SQLiteStore(path)
-    writer = store._session.connections().writing.writer
+    writer = store._file().submitter.writer
     outcome: dict[str, object] = {}
     inside, leave, go, holding, let_go, wrote = (threading.Event() for _ in range(6))
 

@@ -152,7 +152,7 @@ def test_the_block_does_not_wait_for_writes_queued_before_it(tmp_path: Path, blo
     path = tmp_path / "read-in-block.zarrdb"
     store = SQLiteStore(path, busy_timeout=JOIN_TIMEOUT)
     store.set_sync("before", buf(b"0"))
-    writer = store._session.connections().writing.writer
+    writer = store._file().submitter.writer
     holder = LockHolder(path)
     seen: dict[str, object] = {}
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from zarr.core.buffer import cpu
 
-from zarrdb import SQLiteStore, _writing
+from zarrdb import SQLiteStore, _tunables
 
 BOUND = 1024 * 1024  # the queue's byte bound in these tests
 VALUE = 64 * 1024
@@ -44,7 +44,7 @@ class Tracked:
 @pytest.fixture
 def small_queue(monkeypatch: pytest.MonkeyPatch) -> None:
     """Stores opened from now on bound their queue at BOUND bytes."""
-    monkeypatch.setattr(_writing, "QUEUE_MAX_BYTES", BOUND)
+    monkeypatch.setattr(_tunables, "QUEUE_MAX_BYTES", BOUND)
 
 
 def test_writes_joined_to_a_transaction_are_let_go_once_written(
