@@ -388,7 +388,7 @@ cdef class Database(_FileStatements):
         """The length of the value of `key` in bytes (read without reading the value), or None."""
         return _lookup_int(self, S_LENGTH, key)
 
-    # --- writes: run by the writer thread (_writer.pxi) --------------------------------------
+    # --- writes: run by the writer thread (_writer_thread.pxi) ----------------------------------
 
     cdef int _prepare_writes(self) except -1:
         """Prepare the statements write operations run (_writer_ops.pxi), before any runs nogil."""

@@ -180,7 +180,14 @@ include "_listings.pxi"  # keys by prefix, children, sizes and counts, renames
 include "_maintenance.pxi"  # checkpoint, journal mode, integrity, VACUUM, backup, plain SQL
 include "_pause_points.pxi"  # named pause points (test builds)
 include "_writer_ops.pxi"  # the writer's operations and the buffers of their values
-include "_writer.pxi"  # the writer thread and its Python class (+ _writer_*.pxi)
+include "_writer_state.pxi"  # the writer's state: its structs, who owns each field, the locks
+include "_writer_queue.pxi"  # the writer's queue, shared under its mutex
+include "_writer_thread.pxi"  # the writer thread: take, apply, commit, hand back
+include "_writer_checkpoint.pxi"  # the checkpointer thread (WAL mode)
+include "_writer_upkeep.pxi"  # between batches: the switch to WAL, the idle vacuum
+include "_writer_ports.pxi"  # submissions and completion ports
+include "_writer_levels.pxi"  # the levels of explicit transactions
+include "_writer.pxi"  # the writer's Python class, Writer
 include "_closing.pxi"  # what closing runs on the write connection
 include "_remote_vfs.pxi"  # remote files: the VFS's block cache, RemoteFile, RemoteDatabase
 include "_vfs_powerloss.pxi"  # the power-loss simulator (test builds)

@@ -1,6 +1,6 @@
-# The writer's checkpointer (WCheckpointer in _writer.pxi): in WAL mode, a thread of its own
-# copies the log into the file beside ingest, asked by the commit hook once the log has grown,
-# and a commit waits for it only once the log is far over its limit. Included by _writer.pxi.
+# The writer's checkpointer (WCheckpointer in _writer_state.pxi): in WAL mode, a thread of its
+# own copies the log into the file beside ingest, asked by the commit hook once the log has grown,
+# and a commit waits for it only once the log is far over its limit. Included into _core.pyx.
 
 
 cdef int _wal_hook(void* arg, sqlite3* db, const char* name, int frames) noexcept nogil:

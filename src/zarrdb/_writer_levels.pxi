@@ -1,5 +1,5 @@
-# The levels of an explicit transaction on a Writer (the rule is zarrdb._transactions'). Included
-# into _core.pyx through _writer.pxi.
+# The levels of an explicit transaction on a Writer (the rule is zarrdb._transactions').
+# Included into _core.pyx.
 #
 # SQLite's savepoints are one stack per connection, so the writer keeps its open levels as one
 # stack too (`Writer._stack`, outermost first), changed only by the caller holding the connection

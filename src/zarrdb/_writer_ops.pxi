@@ -1,5 +1,5 @@
-# Write operations of the writer thread (_writer.pxi), the only path keys are written by, and the
-# buffers of the values they write. Included into _core.pyx before _writer.pxi.
+# Write operations of the writer thread (_writer_thread.pxi), the only path keys are written by,
+# and the buffers of the values they write. Included into _core.pyx before the writer's other rooms.
 #
 # An operation is gathered from Python objects (the key's UTF-8 form, the value's buffer) into
 # a WOp by _gather_ops, with the GIL; _apply_op then runs it without the GIL, on a connection

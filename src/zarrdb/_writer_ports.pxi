@@ -1,6 +1,6 @@
 # How callers hear of their writes: a Submission (one caller's operations, with its buffers,
 # its outcome and its wait) and a completion Port (the file descriptor an event loop watches for
-# finished submissions). Included by _writer.pxi.
+# finished submissions). Included into _core.pyx.
 
 
 cdef int64_t _next_token = 0

@@ -1,6 +1,6 @@
-# What the writer does between batches (WAutoWal and WVacuum in _writer.pxi): journal mode
+# What the writer does between batches (WAutoWal and WVacuum in _writer_state.pxi): journal mode
 # "auto" switching the file to WAL after a run of small commits, and giving free pages back in
-# bounded steps while it has nothing else to do. Included by _writer.pxi.
+# bounded steps while it has nothing else to do. Included into _core.pyx.
 
 
 cdef void _after_commit(WState* w, bint joined, int64_t nbytes) noexcept nogil:

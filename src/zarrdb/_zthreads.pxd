@@ -1,7 +1,7 @@
 # C declarations of zarrdb's portable threads, mutexes, condition variables, clock and wake-up
 # descriptor (_zthreads.h), for the writer thread. Declarations only; all usable without the GIL.
 #
-# How the engine uses them (the fields each guards are marked in _writer.pxi's structs): a
+# How the engine uses them (the fields each guards are marked in _writer_state.pxi's structs): a
 # mutex is taken only without the GIL (inside `with nogil`), never the GIL while one is held;
 # the condition variables are waited on under the mutex they name; zt_load_acquire and
 # zt_store_release are for the few ints read without the mutex (a submission's state, the
