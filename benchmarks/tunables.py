@@ -2,7 +2,7 @@
 
     python benchmarks/tunables.py [--quick] [--reps N] [--only SECTION ...] [--json out.json]
 
-Sections (each a default in src/zarrdb/_reading.py, _tunables.py or _file_setup.py):
+Sections (each a default in src/zarrdb/_tunables.py):
 
     page      page size (4 .. 64 KiB) x journal mode while ingesting (WAL vs DELETE), on ingest
               of 16 KiB and 1 MiB values (the engine's writer thread, transactions of ~8 MiB, as
@@ -49,10 +49,7 @@ from typing import Any
 import numpy as np
 
 import zarrdb
-import zarrdb._file_setup as zopening
-import zarrdb._reading as zreading
 import zarrdb._tunables as ztunables
-import zarrdb.store as zstore
 from zarrdb import SQLiteStore
 from zarrdb._core import Database, Writer
 from zarrdb.cli.bench.harness import machine_counters, others_cpu_share, round_robin
@@ -64,8 +61,8 @@ TABLE = "CREATE TABLE zarr(k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL)"
 RANGE = 16 * KIB
 
 
-# The modules whose constants a section varies; each constant lives in exactly one of them.
-_TUNED_MODULES = (zstore, zreading, ztunables, zopening)
+# The modules whose constants a section varies: zarrdb has one home for them.
+_TUNED_MODULES = (ztunables,)
 
 
 def _home(name: str) -> Any:

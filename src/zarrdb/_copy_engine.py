@@ -2,7 +2,7 @@
 values, read batches of values while the previous batch is written, and check the copy.
 
 Memory stays bounded: a batch holds at most `batch_bytes` of values (or one larger value
-alone) and `BATCH_KEYS` keys, and at most three batches exist at a time (one being read, one
+alone) and `_tunables.COPY_BATCH_KEYS` keys, and at most three batches exist at a time (one being read, one
 waiting, one being written).
 """
 
@@ -15,17 +15,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from zarrdb import _compat, _zipfiles
+from zarrdb import _compat, _tunables, _zipfiles
 
 if TYPE_CHECKING:
     from zarr.abc.buffer import Buffer
     from zarr.abc.store import Store
 
-# Keys per batch at most: with tiny values the per-key cost (a Buffer, a task) is what fills
-# memory and the event loop, not the bytes.
-BATCH_KEYS = 4096
-# Concurrent size requests while listing a store that reports no sizes in its listing.
-_SIZE_REQUESTS = 256
 
 
 class ProgressCallback(Protocol):
@@ -95,8 +90,8 @@ async def key_sizes(
         if found is not None and all(k in found for k in keys):
             return [(k, found[k]) for k in keys]
     out: list[int] = []
-    for start in range(0, len(keys), _SIZE_REQUESTS):
-        part = keys[start : start + _SIZE_REQUESTS]
+    for start in range(0, len(keys), _tunables.COPY_SIZE_REQUESTS):
+        part = keys[start : start + _tunables.COPY_SIZE_REQUESTS]
         out.extend(await asyncio.gather(*(store.getsize(k) for k in part)))
     return list(zip(keys, out))
 
@@ -143,23 +138,17 @@ def rfc9_first(items: list[Item]) -> list[Item]:
 
 
 def batches(items: Sequence[Item], limit: int) -> Iterator[list[Item]]:
-    """Runs of `items` of at most `limit` bytes and BATCH_KEYS keys (a larger value alone)."""
+    """Runs of `items` of at most `limit` bytes and _tunables.COPY_BATCH_KEYS keys (a larger value alone)."""
     batch: list[Item] = []
     total = 0
     for item in items:
-        if batch and (total + item.size > limit or len(batch) >= BATCH_KEYS):
+        if batch and (total + item.size > limit or len(batch) >= _tunables.COPY_BATCH_KEYS):
             yield batch
             batch, total = [], 0
         batch.append(item)
         total += item.size
     if batch:
         yield batch
-
-
-# A directory's files are read and written in this many worker threads per batch, each taking
-# a run of the batch: a thread hop per small file would cost more than the file (the copy's
-# benchmark, directory to directory, 4,096 files of 16 KiB).
-_FILE_THREADS = 4
 
 
 def _by_file(store: Store) -> bool:
@@ -170,7 +159,7 @@ def _by_file(store: Store) -> bool:
 
 
 def _runs(n: int) -> list[range]:
-    step = max(1, -(-n // _FILE_THREADS))
+    step = max(1, -(-n // _tunables.COPY_FILE_THREADS))
     return [range(start, min(n, start + step)) for start in range(0, n, step)]
 
 

@@ -3,7 +3,8 @@
 (Database, one SQLite connection: _connection.pxi with its reads, listings and maintenance; the
 writer thread, which writes every key and runs the explicit transactions: _writer*.pxi; the
 read-only remote VFS: _remote_vfs.pxi). This file holds what the process has once: the
-process and thread ids, the fork hooks, the spec's facts and the measured constants.
+process and thread ids, the fork hooks, the spec's facts and the measured constants (whose
+home is zarrdb._tunables).
 
 Each method reads the same way: check the connection and gather the Python arguments (keys as
 UTF-8, values as buffers), run the SQLite work inside `with nogil`, then build the Python
@@ -30,7 +31,7 @@ from libc.string cimport memchr, memcmp, memcpy, memset
 from zarrdb._sqlite3 cimport *
 from zarrdb._zthreads cimport *
 
-from zarrdb import _beside, _format, _log, errors as _errors
+from zarrdb import _beside, _format, _log, _tunables, errors as _errors
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
@@ -110,16 +111,13 @@ if (
 ):  # pragma: no cover - a build against an SQLite with other codes
     raise ImportError("zarrdb.errors' SQLite result codes do not match the SQLite built in")
 
-# Values at least this long are read with the blob API (no intermediate copy inside SQLite).
-DEF _BLOB_READ_MIN = 65536
-# A long statement run by the main thread lets Python's signal handlers run every so many
-# SQLite steps (see Database._watch); each look takes the GIL (about a microsecond). At 100,000
-# a signal is seen within milliseconds, and counting 100,000 keys takes no measurably longer
-# (at 1,000 it took 12% longer).
-DEF _PROGRESS_STEPS = 100000
-# The main thread waiting for the writer looks at Python's signals this often (milliseconds):
-# Ctrl-C stops a long statement of the writer within about this long.
-DEF _SIGNAL_LOOK_MS = 100
+# The engine's measured constants, from zarrdb._tunables, which says why each is what it is
+# (read once, at import): values from _BLOB_READ_MIN bytes up are read with the blob API; long
+# statements of the main thread (and the writer's) look for signals every _PROGRESS_STEPS SQLite
+# steps; the main thread waiting for the writer looks every _SIGNAL_LOOK_MS milliseconds.
+cdef int64_t _BLOB_READ_MIN = _tunables.BLOB_READ_MIN
+cdef int _PROGRESS_STEPS = _tunables.PROGRESS_STEPS
+cdef long _SIGNAL_LOOK_MS = _tunables.SIGNAL_LOOK_MS
 
 
 def _library_info():

@@ -11,25 +11,8 @@ import shutil
 import tempfile
 from typing import Any, Literal
 
-from zarrdb import _format, errors
+from zarrdb import _format, _tunables, errors
 from zarrdb._core import Database, _library_info
-
-# New files get 64 KiB pages: a large value (a shard) is a chain of 16 times fewer overflow
-# pages, so a byte range deep inside it is reached quickly and partial reads stay flat as shards
-# grow from 1 to 16 MiB; large values also write faster (benchmarks/tunables.py).
-DEFAULT_PAGE_SIZE = 65536
-# New files keep a pointer map (SQLite's incremental auto-vacuum, which also lets deletes give
-# free pages back): with it SQLite finds the next overflow page of a value without reading the
-# current one, so a byte range near the end of a shard costs a few lookups in one hot page
-# instead of touching every page of the chain. Random windows out of 4 and 16 MiB shards
-# measured 5% and 8% faster; ingest of small chunks about 2% slower.
-AUTO_VACUUM = "incremental"
-# Page cache per connection, KiB (SQLite's default of 2 MiB holds only 31 pages of 64 KiB;
-# reads mostly go through mmap, so more buys little: benchmarks/tunables.py).
-DEFAULT_CACHE_KIB = 16384
-# Read connections map this much of the file into memory: a value is copied straight from the
-# OS page cache, and a byte range deep in a large value costs no page reads to reach.
-DEFAULT_MMAP_BYTES = 256 * 1024 * 1024
 
 
 def compiled_default(name: str) -> int | None:
@@ -176,8 +159,8 @@ def _initialise(db: Database, opts: dict[str, Any], path: str) -> None:
     """Give an empty database the SQLiteStore schema and metadata, in one transaction."""
     from zarrdb import __version__
 
-    db.pragma("page_size", int(opts["page_size"] or DEFAULT_PAGE_SIZE))
-    db.pragma("auto_vacuum", AUTO_VACUUM)  # before the first table: only an empty file takes it
+    db.pragma("page_size", int(opts["page_size"] or _tunables.DEFAULT_PAGE_SIZE))
+    db.pragma("auto_vacuum", _tunables.AUTO_VACUUM)  # before the first table: only an empty file takes it
     # SQLite sized the cache in pages of the old size: size it again in KiB.
     db.pragma("cache_size", -int(opts["cache_size"]))
 

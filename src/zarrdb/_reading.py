@@ -21,24 +21,11 @@ from zarr.abc.store import (
 )
 from zarr.core.buffer import Buffer, BufferPrototype, cpu, default_buffer_prototype
 
-from zarrdb import _format
+from zarrdb import _format, _tunables
 from zarrdb._core import Database
 from zarrdb._open_file import FileSpec, OpenFile
 
 T = TypeVar("T")
-
-# A read of at most this many bytes runs on the event loop's thread; a longer one is handed to
-# a worker thread, so the loop is not stalled and the copies of the values zarr gathers run on
-# several cores at once. One call alone is faster inline at every size, but zarr reading a
-# whole array of 1 MiB chunks is faster through threads, and of 256 KiB chunks (64 KiB in 1-D)
-# faster inline (benchmarks/tunables.py, section inline). Whole values only: byte ranges below.
-INLINE_READ_MAX = 512 * 1024
-# Byte ranges come from partial reads (a window out of a shard: the index and a few inner
-# chunks), one or two at a time, where the thread hop costs more than the copy: a range of at
-# most this many bytes is read inline.
-INLINE_RANGE_MAX = 1024 * 1024
-# A batch of at most this many ranges is read inline; more go to a worker thread.
-INLINE_BATCH_MAX = 4
 
 _U8 = np.dtype("B")
 _CPU_BUFFER = cpu.Buffer
@@ -81,8 +68,8 @@ def _get_one(db: Database, key: str, byte_range: ByteRequest | None) -> bytes | 
 
 class Reads:
     # Whether the last whole value `get` read from a local file was longer than
-    # INLINE_READ_MAX: then the next is read in a worker thread without first being looked up
-    # on the loop's thread (a hint: a wrong guess costs a thread hop or a second lookup).
+    # _tunables.INLINE_READ_MAX: then the next is read in a worker thread without first being
+    # looked up on the loop's thread (a hint: a wrong guess costs a thread hop or a second lookup).
     _large_values: bool = False
 
     _spec: FileSpec
@@ -159,10 +146,10 @@ class Reads:
                 # The last value read was large, and so is the next, most likely (the chunks of
                 # an array): the whole read in a worker thread, with one lookup.
                 data = await asyncio.to_thread(self._get_in_thread, key)
-                if data is not None and len(data) <= INLINE_READ_MAX:
+                if data is not None and len(data) <= _tunables.INLINE_READ_MAX:
                     self._large_values = False
             else:
-                found = file.reader().get_limited(key, INLINE_READ_MAX)
+                found = file.reader().get_limited(key, _tunables.INLINE_READ_MAX)
                 if isinstance(found, int):  # its length: larger than the inline bound
                     self._large_values = True
                     data = await asyncio.to_thread(self._get_in_thread, key)
@@ -170,7 +157,7 @@ class Reads:
                     data = found
         else:
             start, length = _byte_range(byte_range)
-            if length is not None and length > INLINE_RANGE_MAX:
+            if length is not None and length > _tunables.INLINE_RANGE_MAX:
                 data = await asyncio.to_thread(self._get_range_in_thread, key, start, length)
             else:
                 data = file.reader().get_range(key, start, length)
@@ -199,7 +186,7 @@ class Reads:
                     *(pool.run(self._get_range_in_thread, *request) for request in requests)
                 )
             )
-        if len(requests) <= INLINE_BATCH_MAX and not self._file().in_transaction():
+        if len(requests) <= _tunables.INLINE_BATCH_MAX and not self._file().in_transaction():
             return self._get_ranges_sync(requests)
         return await asyncio.to_thread(self._get_ranges_sync, requests)
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from types import ModuleType
 from typing import Any, TypeGuard, TypeVar
 
-from zarrdb import errors
+from zarrdb import _tunables, errors
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -144,12 +144,12 @@ class BlockCache:
         For a field that is not a positive whole number, or a `size` below `block_size`.
     """
 
-    size: int = 64 * MIB
-    block_size: int = 1 * MIB
-    readahead: int = 16 * MIB
-    first_read: int = 1 * MIB
-    min_request: int = 4 * MIB
-    max_requests: int = 16
+    size: int = _tunables.REMOTE_CACHE_BYTES
+    block_size: int = _tunables.REMOTE_BLOCK_BYTES
+    readahead: int = _tunables.REMOTE_READAHEAD_BYTES
+    first_read: int = _tunables.REMOTE_FIRST_READ_BYTES
+    min_request: int = _tunables.REMOTE_MIN_REQUEST_BYTES
+    max_requests: int = _tunables.REMOTE_MAX_REQUESTS
 
     def __post_init__(self) -> None:
         for name in ("size", "block_size", "readahead", "first_read", "min_request", "max_requests"):

@@ -151,9 +151,10 @@ cdef class RemoteFile:
     def __cinit__(self):
         self.source = NULL
 
-    def __init__(self, url, size, fetch, *, block_size=1 << 20, cache_size=64 << 20,
-                 readahead=16 << 20, min_request=None, schedule=None, head=None,
-                 waiting=None):
+    def __init__(self, url, size, fetch, *, block_size=_tunables.REMOTE_BLOCK_BYTES,
+                 cache_size=_tunables.REMOTE_CACHE_BYTES,
+                 readahead=_tunables.REMOTE_READAHEAD_BYTES, min_request=None, schedule=None,
+                 head=None, waiting=None):
         cdef const unsigned char[:] initial
         if self.source != NULL:
             raise _errors.MisuseError("RemoteFile.__init__ called twice", code=SQLITE_MISUSE)

@@ -1,7 +1,10 @@
-"""The writer's measured constants, in one place: the store passes them to the engine's writer
-(`zarrdb._core.Writer`), whose arguments have no defaults of their own, and to the bursts of
-event-loop writes (_completions.py). Each says which benchmark in benchmarks/ chose it; a
-benchmark varies them by setting this module's attributes (read when a store opens its file).
+"""zarrdb's measured constants, in one place: the writer's (passed to the engine's writer,
+`zarrdb._core.Writer`, whose arguments have no defaults of their own, and to the bursts of
+event-loop writes, _completions.py), the reads', a new file's and its connections', remote
+files', copies' and uploads', and the engine's. Each says which benchmark in benchmarks/ chose
+it, or that none did. A benchmark varies them by setting this module's attributes: its users
+read them here when they use them (a store when it opens its file, a read when it runs), except
+where a comment says a value is read once (a dataclass's defaults, the engine's at import).
 """
 
 from __future__ import annotations
@@ -76,6 +79,105 @@ VACUUM_MIN_PAGES = 16
 # writes the final time if a later commit left it out; explicit transactions always write it
 # (benchmarks/tunables.py --only commit runs with it; no benchmark varies it yet).
 MODIFIED_AT_INTERVAL = 0.5
+
+
+# --- reads (_reading.py) ---------------------------------------------------------------------
+
+# A read of at most this many bytes runs on the event loop's thread; a longer one is handed to
+# a worker thread, so the loop is not stalled and the copies of the values zarr gathers run on
+# several cores at once. One call alone is faster inline at every size, but zarr reading a
+# whole array of 1 MiB chunks is faster through threads, and of 256 KiB chunks (64 KiB in 1-D)
+# faster inline (benchmarks/tunables.py --only inline). Whole values only: byte ranges below.
+INLINE_READ_MAX = 512 * 1024
+# Byte ranges come from partial reads (a window out of a shard: the index and a few inner
+# chunks), one or two at a time, where the thread hop costs more than the copy: a range of at
+# most this many bytes is read inline (no benchmark varies it).
+INLINE_RANGE_MAX = 1024 * 1024
+# A batch of at most this many ranges is read inline; more go to a worker thread (no benchmark
+# varies it).
+INLINE_BATCH_MAX = 4
+
+# --- a new file and its connections (_file_setup.py, store.py) --------------------------------
+
+# New files get 64 KiB pages: a large value (a shard) is a chain of 16 times fewer overflow
+# pages, so a byte range deep inside it is reached quickly and partial reads stay flat as shards
+# grow from 1 to 16 MiB; large values also write faster (benchmarks/tunables.py --only page,
+# deep).
+DEFAULT_PAGE_SIZE = 65536
+# New files keep a pointer map (SQLite's incremental auto-vacuum, which also lets deletes give
+# free pages back): with it SQLite finds the next overflow page of a value without reading the
+# current one, so a byte range near the end of a shard costs a few lookups in one hot page
+# instead of touching every page of the chain. Random windows out of 4 and 16 MiB shards
+# measured 5% and 8% faster; ingest of small chunks about 2% slower (benchmarks/tunables.py
+# --only deep).
+AUTO_VACUUM = "incremental"
+# Page cache per connection, KiB (SQLite's default of 2 MiB holds only 31 pages of 64 KiB;
+# reads mostly go through mmap, so more buys little: benchmarks/tunables.py --only cache).
+DEFAULT_CACHE_KIB = 16384
+# Read connections map this much of the file into memory: a value is copied straight from the
+# OS page cache, and a byte range deep in a large value costs no page reads to reach
+# (benchmarks/tunables.py --only cache: mmap_size 0 against 256 MiB).
+DEFAULT_MMAP_BYTES = 256 * 1024 * 1024
+
+# --- remote files (_remote_location.BlockCache, remote.py, the engine's RemoteFile) -----------
+
+# The defaults of a remote file's block cache (zarrdb.remote.BlockCache, whose fields say what
+# each is; read once, when the dataclass is made). benchmarks/remote.py measures reads with
+# them (its --block-cache varies any field); no run of it chose these over others yet, but
+# min_request: at an object store's latency a request of a few MiB takes hardly longer than
+# one of a few KiB.
+REMOTE_CACHE_BYTES = 64 * 1024 * 1024
+REMOTE_BLOCK_BYTES = 1024 * 1024
+REMOTE_READAHEAD_BYTES = 16 * 1024 * 1024
+REMOTE_FIRST_READ_BYTES = 1024 * 1024
+REMOTE_MIN_REQUEST_BYTES = 4 * 1024 * 1024
+REMOTE_MAX_REQUESTS = 16
+# The remote files a process keeps open for stores opened again on the same version (their
+# block caches shared): a bound on memory, not measured for speed (no benchmark varies it).
+REMOTE_SHARED_FILES = 4
+# zarrdb.remote.download fetches a file in pieces of this many bytes (its chunk_size default;
+# no benchmark varies it).
+DOWNLOAD_PIECE_BYTES = 16 * 1024 * 1024
+
+# --- copies and uploads (copying.py, _copy_engine.py, _upload.py, cli/) ------------------------
+
+# zarrdb.copy reads and writes batches of at most this many bytes (copying.DEFAULT_BATCH_BYTES,
+# read once as its default argument) and COPY_BATCH_KEYS keys: with tiny values the per-key cost
+# (a Buffer, a task) is what fills memory and the event loop, not the bytes
+# (benchmarks/copy_stores.py measures the copy with them; none varies them).
+COPY_BATCH_BYTES = 16 * 1024 * 1024
+COPY_BATCH_KEYS = 4096
+# Concurrent size requests while listing a store that reports no sizes in its listing (no
+# benchmark varies it).
+COPY_SIZE_REQUESTS = 256
+# A directory's files are read and written in this many worker threads per batch, each taking
+# a run of the batch: a thread hop per small file would cost more than the file
+# (benchmarks/copy_stores.py, directory to directory, 4,096 files of 16 KiB).
+COPY_FILE_THREADS = 4
+# The command line's copy takes batches of this many bytes (zarrdb copy --batch-bytes), and its
+# publish and verify steps at most CLI_BATCH_KEYS keys a batch (no benchmark varies them).
+CLI_COPY_BATCH_BYTES = 64 * 1024 * 1024
+CLI_BATCH_KEYS = 10_000
+# zarrdb.remote.upload sends parts of at least this many bytes (object storage takes 5 MiB at
+# least, the last part excepted), this many at once, each held in memory while it is sent (no
+# benchmark varies them).
+UPLOAD_PART_MIN_BYTES = 8 * 1024 * 1024
+UPLOAD_CONCURRENCY = 4
+
+# --- the engine (_core.pyx; read once, when it is imported) -----------------------------------
+
+# Values at least this long are read with the blob API (no intermediate copy inside SQLite;
+# no benchmark varies it).
+BLOB_READ_MIN = 65536
+# A long statement run by the main thread lets Python's signal handlers run every so many
+# SQLite steps (Database._watch, and the writer's progress handler); each look takes the GIL
+# (about a microsecond). At 100,000 a signal is seen within milliseconds, and counting 100,000
+# keys takes no measurably longer (at 1,000 it took 12% longer; measured by hand, no benchmark
+# varies it).
+PROGRESS_STEPS = 100000
+# The main thread waiting for the writer looks at Python's signals this often (milliseconds):
+# Ctrl-C stops a long statement of the writer within about this long (not a speed setting).
+SIGNAL_LOOK_MS = 100
 
 
 def writer_options() -> dict[str, Any]:

@@ -16,16 +16,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from zarrdb import errors
+from zarrdb import _tunables, errors
 from zarrdb._live_stores import open_in_this_process
 from zarrdb._remote_location import SQLITE_MAGIC, RemoteLocation, load_obstore, request_error
 
 MIB = 1024 * 1024
-# Object storage takes parts of 5 MiB at least (the last excepted) and at most 10,000 parts.
-MIN_PART_SIZE = 8 * MIB
+# Object storage takes at most 10,000 parts (and parts of 5 MiB at least, the last excepted:
+# _tunables.UPLOAD_PART_MIN_BYTES, sent _tunables.UPLOAD_CONCURRENCY at once).
 MAX_PARTS = 10_000
-# Parts sent at once: each is held in memory while it is sent.
-CONCURRENCY = 4
 UPLOAD_SCHEMES = ("s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl")
 """The URL schemes `upload` writes to: object storage (a web server is read-only here)."""
 _S3_ETAG = re.compile(r'^"?([0-9a-f]{32})(?:-(\d+))?"?$')
@@ -65,10 +63,10 @@ class UploadResult:
 
 
 def part_size_for(size: int) -> int:
-    """The part size for a file of `size` bytes: MIN_PART_SIZE, larger (in whole MiB) where
-    that would make more than MAX_PARTS parts."""
+    """The part size for a file of `size` bytes: _tunables.UPLOAD_PART_MIN_BYTES, larger (in
+    whole MiB) where that would make more than MAX_PARTS parts."""
     needed = -(-size // MAX_PARTS)
-    return max(MIN_PART_SIZE, -(-needed // MIB) * MIB)
+    return max(_tunables.UPLOAD_PART_MIN_BYTES, -(-needed // MIB) * MIB)
 
 
 def check_closed(path: str) -> None:
@@ -190,7 +188,7 @@ def upload(
 
         try:
             put = obstore.put(
-                store, location.path, parts(), chunk_size=part, max_concurrency=CONCURRENCY
+                store, location.path, parts(), chunk_size=part, max_concurrency=_tunables.UPLOAD_CONCURRENCY
             )
         except (errors.ZarrDBError, KeyboardInterrupt, SystemExit):
             raise

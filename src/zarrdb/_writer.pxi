@@ -27,7 +27,6 @@
 # itself does not use one.)
 
 from collections import deque as _deque
-from zarrdb import _tunables
 
 
 cdef int64_t _cache_bytes(Database db) except -1:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from zarrdb import _copy_ends as ends
 from zarrdb import _copy_engine as engine
-from zarrdb import _format, _places, _zipfiles, errors
+from zarrdb import _format, _places, _tunables, _zipfiles, errors
 from zarrdb._copy_ends import IfExists
 from zarrdb._copy_engine import ProgressCallback
 
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_BATCH_BYTES", "CopyResult", "ProgressCallback", "copy", "copy_async"]
 
-DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
+# The batches' default size in bytes (its home: _tunables.COPY_BATCH_BYTES).
+DEFAULT_BATCH_BYTES = _tunables.COPY_BATCH_BYTES
 
 
 @dataclass

@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from zarrdb import _log, errors
+from zarrdb import _log, _tunables, errors
 from zarrdb._core import RemoteDatabase, RemoteFile
 from zarrdb._remote_location import (  # public here (zarrdb.remote), defined there
     DEFAULT_TIMEOUTS,
@@ -236,8 +236,7 @@ class RemoteObject:
 # The remote files this process opened last, most recently used at the end. A store opened again
 # on the same version of a file (a dask task unpickling its store, or a program opening the same
 # URL twice) shares its block cache instead of starting cold; a store unpickled with the version
-# it was opened at does so without any request.
-SHARED_FILES = 4
+# it was opened at does so without any request. It keeps _tunables.REMOTE_SHARED_FILES.
 _shared: OrderedDict[tuple[Any, ...], RemoteObject] = OrderedDict()
 _shared_lock = threading.Lock()
 
@@ -256,8 +255,8 @@ if hasattr(os, "register_at_fork"):  # POSIX
 def open_shared(
     location: RemoteLocation, cache: BlockCache, *, expect_etag: str | None = None
 ) -> RemoteObject:
-    """The opened file at `location`: one of the last SHARED_FILES opened in this process if it
-    is the same version (the ETag pinned, or found by an opening request), else a new one."""
+    """The opened file at `location`: one of the last _tunables.REMOTE_SHARED_FILES opened in
+    this process if it is the same version (the ETag pinned, or found by an opening request), else a new one."""
     key = (location.key(), cache)
     with _shared_lock:
         known = _shared.get(key)
@@ -279,7 +278,7 @@ def open_shared(
             return known
         _shared[key] = opened
         _shared.move_to_end(key)
-        while len(_shared) > SHARED_FILES:
+        while len(_shared) > _tunables.REMOTE_SHARED_FILES:
             _shared.popitem(last=False)
     return opened
 
@@ -347,7 +346,7 @@ def download(
     dest: str | os.PathLike[str],
     *,
     storage_options: Mapping[str, Any] | None = None,
-    chunk_size: int = 16 * MIB,
+    chunk_size: int = _tunables.DOWNLOAD_PIECE_BYTES,
 ) -> int:
     """Copy a remote `.zarrdb` file byte for byte to a local file.
 

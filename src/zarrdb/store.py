@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from zarr.abc.store import Store
 from zarr.core.buffer import Buffer
 
-from zarrdb import _format
+from zarrdb import _format, _tunables
 from zarrdb import remote as _remote
-from zarrdb._file_setup import DEFAULT_CACHE_KIB, DEFAULT_MMAP_BYTES
 from zarrdb._store_maintenance import FileOperations
 from zarrdb._reading import Reads
 from zarrdb._open_file import FileSpec, OpenFileHolder
@@ -174,8 +173,8 @@ class SQLiteStore(FileOperations, Reads, OpenFileHolder, Store):
             "page_size": page_size,
             "busy_timeout": float(busy_timeout),
             "immutable": bool(immutable),
-            "cache_size": DEFAULT_CACHE_KIB if cache_size is None else cache_size,
-            "mmap_size": DEFAULT_MMAP_BYTES if mmap_size is None else mmap_size,
+            "cache_size": _tunables.DEFAULT_CACHE_KIB if cache_size is None else cache_size,
+            "mmap_size": _tunables.DEFAULT_MMAP_BYTES if mmap_size is None else mmap_size,
             "journal": journal,
             "check_pages": bool(check_pages),
         }

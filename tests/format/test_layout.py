@@ -10,7 +10,7 @@ import pytest
 from zarr.core.buffer import cpu
 
 from zarrdb import SQLiteStore
-from zarrdb import _file_setup
+from zarrdb import _tunables
 
 from .builders import make_store_file
 
@@ -27,7 +27,7 @@ def test_new_file_layout(tmp_path, page_size):
     path = tmp_path / "layout.zarrdb"
     with SQLiteStore(path, page_size=page_size) as store:
         store.set_sync("big", cpu.Buffer.from_bytes(bytes(range(256)) * 4096))  # 1 MiB
-    assert _pragma(path, "page_size") == (page_size or _file_setup.DEFAULT_PAGE_SIZE)
+    assert _pragma(path, "page_size") == (page_size or _tunables.DEFAULT_PAGE_SIZE)
     assert _pragma(path, "auto_vacuum") == 2  # incremental: the pointer map is kept
     assert _pragma(path, "integrity_check") == "ok"
 

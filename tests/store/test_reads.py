@@ -1,5 +1,5 @@
 """Whole-value reads of a local file on either side of the bound below which they run on the
-event loop's thread (zarrdb._reading.INLINE_READ_MAX)."""
+event loop's thread (zarrdb._tunables.INLINE_READ_MAX)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import threading
 
 from zarr.core.buffer import cpu, default_buffer_prototype
 
-from zarrdb import SQLiteStore, _reading
+from zarrdb import SQLiteStore, _tunables
 
-BOUND = _reading.INLINE_READ_MAX
+BOUND = _tunables.INLINE_READ_MAX
 
 
 def test_values_either_side_of_the_inline_bound_read_in_turn_come_back_whole(tmp_path):

@@ -16,12 +16,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from zarrdb import conformance, errors, remote
+from zarrdb import _tunables, conformance, errors, remote
 from zarrdb.cli import common, hierarchy, outputs, plans, publish, stores
 from zarrdb.cli.plans import Plan, Progress, verify
 from zarrdb.cli.framework import EXIT_OK, EXIT_PROBLEMS, BadInput, say
-
-DEFAULT_BATCH_BYTES = 64 * 1024 * 1024
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--batch-bytes",
         type=common.byte_size,
-        default=DEFAULT_BATCH_BYTES,
+        default=_tunables.CLI_COPY_BATCH_BYTES,
         metavar="N",
         help="values read and written together (one transaction on a .zarrdb), at most N "
         "bytes (one larger value goes alone); at most three batches are in memory; accepts "

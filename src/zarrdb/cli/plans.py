@@ -11,11 +11,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from zarrdb import _tunables
 from zarrdb.cli import hierarchy, stores
-
-# Keys per batch at most: with tiny values the per-key cost (a Buffer, a tuple) is what fills
-# memory, not the bytes.
-BATCH_KEYS = 10_000
 
 
 @dataclass
@@ -83,11 +80,11 @@ async def verify(src: Any, dst: Any, plan: Plan, batch_bytes: int, progress: Pro
 
 
 def batches(listing: Sequence[tuple[str, int]], limit: int) -> Iterator[list[tuple[str, int]]]:
-    """Runs of `listing` of at most `limit` bytes and BATCH_KEYS keys (a larger value alone)."""
+    """Runs of `listing` of at most `limit` bytes and _tunables.CLI_BATCH_KEYS keys (a larger value alone)."""
     batch: list[tuple[str, int]] = []
     total = 0
     for key, size in listing:
-        if batch and (total + size > limit or len(batch) >= BATCH_KEYS):
+        if batch and (total + size > limit or len(batch) >= _tunables.CLI_BATCH_KEYS):
             yield batch
             batch, total = [], 0
         batch.append((key, size))
