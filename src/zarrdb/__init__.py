@@ -2,8 +2,7 @@
 
 from importlib.metadata import PackageNotFoundError, version as _dist_version
 
-from zarrdb import errors
-from zarrdb._core import _library_info
+from zarrdb import _core, errors
 
 __version__: str
 """The version of the installed zarrdb package."""
@@ -19,7 +18,7 @@ sqlite_source_id: str
 compile_options: tuple[str, ...]
 """The compile options of that SQLite (`THREADSAFE=2`, `DEFAULT_MEMSTATUS=0`, ...), as
 `PRAGMA compile_options` lists them; `setup.py` gives the reason for each."""
-sqlite_version, sqlite_source_id, compile_options = _library_info()
+sqlite_version, sqlite_source_id, compile_options = _core.library_info()
 
 __all__ = ["__version__", "compile_options", "errors", "sqlite_source_id", "sqlite_version"]
 

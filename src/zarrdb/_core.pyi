@@ -15,7 +15,7 @@ REMOTE_VFS: str  # "zarrdb-remote", the read-only VFS of RemoteFile
 MAX_VALUE_SIZE: int  # 2_147_483_645, the spec's limit for one value
 CONNECTION_LIMITS: dict[str, tuple[int, int]]  # name -> (SQLITE_LIMIT_ id, value)
 
-def _library_info() -> tuple[str, str, tuple[str, ...]]: ...
+def library_info() -> tuple[str, str, tuple[str, ...]]: ...
 def give_back_free_pages(db: Database) -> None:
     """Give the pages deletes freed back to the file system (incremental auto-vacuum)."""
 def record_modified_at(db: Database) -> None:
@@ -472,6 +472,6 @@ class RemoteDatabase(Database):
     def get_range(self, key: str, start: int, length: int | None) -> bytes | None:
         """As Database.get_range; the range's length is the first miss's span."""
 
-def _pause_install(point: Callable[[str], None] | None) -> bool:
+def install_pause_hook(point: Callable[[str], None] | None) -> bool:
     """Tests only: make the engine's pause points call `point(name)` (None: nothing); False
     where the points are not built."""

@@ -120,7 +120,7 @@ cdef int _PROGRESS_STEPS = _tunables.PROGRESS_STEPS
 cdef long _SIGNAL_LOOK_MS = _tunables.SIGNAL_LOOK_MS
 
 
-def _library_info():
+def library_info():
     """(version, source id, compile options) of the SQLite this module was built with."""
     cdef int i = 0
     cdef const char* opt

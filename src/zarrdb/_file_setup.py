@@ -12,12 +12,12 @@ import tempfile
 from typing import Any, Literal
 
 from zarrdb import _format, _tunables, errors
-from zarrdb._core import Database, _library_info
+from zarrdb._core import Database, library_info
 
 
 def compiled_default(name: str) -> int | None:
     """A number the SQLite in use was compiled with, e.g. DEFAULT_SYNCHRONOUS (None: unknown)."""
-    for option in _library_info()[2]:
+    for option in library_info()[2]:
         key, _, value = option.partition("=")
         if key == name and value.isdigit():
             return int(value)

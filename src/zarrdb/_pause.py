@@ -29,7 +29,7 @@ def arm(hook: Callable[[str], None]) -> None:
     global _hook
     from zarrdb import _core
 
-    if not _core._pause_install(point):
+    if not _core.install_pause_hook(point):
         raise NotImplementedError(
             "this build of zarrdb has no pause points: only test builds have them "
             "(built with ZARRDB_TEST_VFS=1, as scripts/dev.sh does)"
@@ -43,4 +43,4 @@ def disarm() -> None:
     _hook = None
     from zarrdb import _core
 
-    _core._pause_install(None)
+    _core.install_pause_hook(None)

@@ -25,7 +25,7 @@ cdef void _pause_from_c(const char* name) noexcept nogil:
             traceback.print_exc()
 
 
-def _pause_install(point):
+def install_pause_hook(point):
     """Tests only: make the engine's points call `point(name)` (None: nothing). Returns False
     where the points are not built."""
     global _pause_point

@@ -24,13 +24,8 @@ SQL_ALLOWED = {
     "zarrdb.demo",
 }
 
-# (module, private name it uses of another) still to be moved, each with its reason.
-PRIVATE_ALLOWED = {
-    # the engine's own functions, to be renamed in _core.pyx's rooms
-    ("zarrdb", "_library_info"),
-    ("zarrdb._file_setup", "_library_info"),
-    ("zarrdb._pause", "_pause_install"),
-}
+# (module, private name it uses of another) still to be moved, each with its reason: none is left.
+PRIVATE_ALLOWED: set[tuple[str, str]] = set()
 # The one module that holds what zarrdb uses of other projects' private API.
 COMPAT = "zarrdb._compat"
 
