@@ -4,6 +4,46 @@
 # (_connection.pxi) lists them. Included into _core.pyx after the class.
 
 
+cdef int _open_value(sqlite3* db, int64_t rowid, int64_t upto, sqlite3_blob** blob) noexcept nogil:
+    """Open the value of row `rowid` for reading and check its chain of overflow pages as far
+    as `upto` bytes reach (-1: the whole value), before anything is allocated for it."""
+    cdef int rc = sqlite3_blob_open(db, "main", _TABLE_C, "v", rowid, 0, blob)
+    if rc == SQLITE_OK:
+        rc = zarrdb_blob_chain_check(blob[0], sqlite3_blob_bytes(blob[0]) if upto < 0 else upto)
+    return rc
+
+
+cdef inline void _end_read(sqlite3_blob* blob, sqlite3_stmt* stmt) noexcept nogil:
+    """Close the value's blob (if open) and reset the statement that found it, which ends
+    the read transaction that kept both valid."""
+    if blob != NULL:
+        sqlite3_blob_close(blob)
+    sqlite3_reset(stmt)
+
+
+cdef object _new_value(Py_ssize_t n, sqlite3_blob* blob, sqlite3_stmt* stmt):
+    """A bytes object of `n` bytes to read a value into; if there is no memory for it, the
+    read is ended (_end_read) before the error propagates."""
+    try:
+        return PyBytes_FromStringAndSize(NULL, n)
+    except BaseException:
+        with nogil:
+            _end_read(blob, stmt)
+        raise
+
+
+cdef object _finish_read(Database self, int rc, object key, sqlite3_blob* blob,
+                         sqlite3_stmt* stmt, object out):
+    """`out` once the read is ended (_end_read), or the read's error if `rc` is not OK (built
+    first, while SQLite's message is still the failed call's)."""
+    err = None if rc == SQLITE_OK else _read_error(self, rc, key)
+    with nogil:
+        _end_read(blob, stmt)
+    if err is not None:
+        raise err
+    return out
+
+
 cdef object _read(Database self, object key, int64_t limit):
     """One statement finds the row: it gives the value's length (from the record header)
     and, when the value is small, the value itself, which is copied once into the result.
@@ -71,19 +111,11 @@ cdef object _read(Database self, object key, int64_t limit):
             # The blob's size in bytes (a value another program stored as TEXT has more
             # than length() counted characters), and its chain checked, before allocating.
             with nogil:
-                rc = sqlite3_blob_open(self.db, "main", _TABLE_C, "v", rowid, 0, &blob)
+                rc = _open_value(self.db, rowid, -1, &blob)
                 if rc == SQLITE_OK:
                     n = sqlite3_blob_bytes(blob)
-                    rc = zarrdb_blob_chain_check(blob, n)
         if rc == SQLITE_ROW or rc == SQLITE_OK:
-            try:
-                out = PyBytes_FromStringAndSize(NULL, n)
-            except BaseException:
-                with nogil:
-                    if blob != NULL:
-                        sqlite3_blob_close(blob)
-                    sqlite3_reset(stmt)
-                raise
+            out = _new_value(n, blob, stmt)
             dst = PyBytes_AS_STRING(out)
             if inline:
                 self._size_guess = n
@@ -94,14 +126,7 @@ cdef object _read(Database self, object key, int64_t limit):
                 return out
             with nogil:
                 rc = sqlite3_blob_read(blob, dst, <int>n, 0)
-        err = None if rc == SQLITE_OK else _read_error(self, rc, key)
-        with nogil:
-            if blob != NULL:
-                sqlite3_blob_close(blob)
-            sqlite3_reset(stmt)
-        if err is not None:
-            raise err
-        return out
+        return _finish_read(self, rc, key, blob, stmt, out)
     finally:
         self._leave()
 
@@ -184,31 +209,16 @@ cdef object _get_range(Database self, object key, object start, object length):
             want = length
         rc = SQLITE_OK
         if want > 0:
-            with nogil:  # the chain as far as the range reaches, checked before allocating
-                rc = sqlite3_blob_open(self.db, "main", _TABLE_C, "v", rowid, 0, &blob)
-                if rc == SQLITE_OK:
-                    rc = zarrdb_blob_chain_check(blob, s + want)
+            with nogil:  # the chain as far as the range reaches
+                rc = _open_value(self.db, rowid, s + want, &blob)
+        out = None
         if rc == SQLITE_OK:
-            try:
-                out = PyBytes_FromStringAndSize(NULL, want)
-            except BaseException:
-                with nogil:
-                    if blob != NULL:
-                        sqlite3_blob_close(blob)
-                    sqlite3_reset(locate)
-                raise
+            out = _new_value(want, blob, locate)
             dst = PyBytes_AS_STRING(out)
             if want > 0:
                 with nogil:
                     rc = sqlite3_blob_read(blob, dst, <int>want, <int>s)
-        err = None if rc == SQLITE_OK else _read_error(self, rc, key)
-        with nogil:
-            if blob != NULL:
-                sqlite3_blob_close(blob)
-            sqlite3_reset(locate)
-        if err is not None:
-            raise err
-        return out
+        return _finish_read(self, rc, key, blob, locate, out)
     finally:
         self._leave()
 
