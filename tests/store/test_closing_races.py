@@ -23,9 +23,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from zarr.core.buffer import cpu
-
 from store._lock_holder import LockHolder
+from store.helpers import buf
 from zarrdb import SQLiteStore, errors
 from zarrdb._live_stores import open_in_this_process
 
@@ -50,10 +49,6 @@ def record_write(
         outcome[name] = "committed"
     except BaseException as exc:  # noqa: BLE001 - checked by the caller
         outcome[name] = exc
-
-
-def buf(data: bytes) -> cpu.Buffer:
-    return cpu.Buffer.from_bytes(data)
 
 
 def file_state(path: Path) -> tuple[str, set[str]]:

@@ -43,6 +43,7 @@ from zarr.codecs import ZstdCodec
 from zarr.core.buffer import cpu
 
 from store._lock_holder import LockHolder
+from store.helpers import buf
 from zarrdb import SQLiteStore
 
 from . import _concurrency_child as child
@@ -58,10 +59,6 @@ needs_fused = pytest.mark.skipif(
     reason=f"zarr {zarr.__version__} has no {FUSED_PIPELINE}",
 )
 JOIN_TIMEOUT = 60  # seconds; a thread still alive after it is a hang, reported as a failure
-
-
-def buf(data: bytes) -> cpu.Buffer:
-    return cpu.Buffer.from_bytes(data)
 
 
 def run_threads(targets: list[Callable[[], None]], timeout: float = JOIN_TIMEOUT) -> None:

@@ -14,37 +14,16 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
-import sqlite3
 import threading
 from pathlib import Path
 
 import pytest
-from zarr.core.buffer import cpu
 
 from core.helpers import child_report, fork_child
+from store.helpers import attempt, buf, committed
 from zarrdb import SQLiteStore, errors
 
 DEADLINE = 20  # seconds
-
-
-def buf(data: bytes) -> cpu.Buffer:
-    return cpu.Buffer.from_bytes(data)
-
-
-def committed(path: Path) -> set[str]:
-    con = sqlite3.connect(path)
-    try:
-        return {k for (k,) in con.execute("SELECT k FROM zarr")}
-    finally:
-        con.close()
-
-
-def attempt(fn, outcome: dict[str, object], name: str) -> None:
-    try:
-        fn()
-        outcome[name] = "done"
-    except BaseException as exc:  # noqa: BLE001 - checked by the caller
-        outcome[name] = exc
 
 
 def test_close_from_another_thread_fails_the_rest_of_the_block(tmp_path: Path) -> None:

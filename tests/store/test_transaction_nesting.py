@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import sqlite3
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from zarr.core.buffer import cpu
 
+from store.helpers import buf, committed, in_context
 from zarrdb import SQLiteStore, errors
 
 DEADLINE = 20  # seconds
@@ -32,36 +30,6 @@ DEADLINE = 20  # seconds
 
 class Boom(Exception):
     pass
-
-
-def buf(data: bytes) -> cpu.Buffer:
-    return cpu.Buffer.from_bytes(data)
-
-
-def committed(path: Path) -> set[str]:
-    """The committed keys, read with the standard library's sqlite3 (the store is closed)."""
-    con = sqlite3.connect(path)
-    try:
-        return {k for (k,) in con.execute("SELECT k FROM zarr")}
-    finally:
-        con.close()
-
-
-def in_context(fn, outcome: dict[str, object], name: str) -> threading.Thread:
-    """A daemon thread running `fn` in a copy of the caller's context (as a thread started
-    inside a block with its context), recording "done" or the exception under `name`."""
-    ctx = contextvars.copy_context()
-
-    def run() -> None:
-        try:
-            ctx.run(fn)
-            outcome[name] = "done"
-        except BaseException as exc:  # noqa: BLE001 - checked by the caller
-            outcome[name] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
 
 
 def wait(event: threading.Event) -> None:

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from zarr.core.buffer import cpu
 
 from store._lock_holder import LockHolder
+from store.helpers import buf
 from zarrdb import SQLiteStore
 
 JOIN_TIMEOUT = 30  # seconds; a thread still alive after it is a hang, reported as a failure
@@ -33,10 +33,6 @@ JOIN_TIMEOUT = 30  # seconds; a thread still alive after it is a hang, reported 
 
 class Boom(Exception):
     pass
-
-
-def buf(data: bytes) -> cpu.Buffer:
-    return cpu.Buffer.from_bytes(data)
 
 
 def reopened(path: Path) -> dict[str, bytes]:
