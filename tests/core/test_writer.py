@@ -11,6 +11,7 @@ import select
 import sqlite3
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -124,10 +125,9 @@ def test_a_commit_over_the_hold_limit_spills_as_usual(tmp_path):
     assert dict(sqlite_rows(path, "SELECT k, v FROM zarr")) == {"big": big}
 
 
-def test_a_failing_write_fails_only_its_caller(tmp_path):
-    """A trigger (written with the standard-library sqlite3) refuses one key: in a batch with
-    other callers' writes, only the caller of that write gets the error; the others are
-    stored. The batch is made while the writer waits for a lock another connection holds."""
+def _refusing_bad(tmp_path) -> Path:
+    """A file in WAL mode whose trigger (written with the standard-library sqlite3) refuses
+    the key "bad"."""
     path = make_db_file(tmp_path / "trigger.zarrdb", "wal")
     con = sqlite3.connect(path)
     con.execute(
@@ -136,6 +136,14 @@ def test_a_failing_write_fails_only_its_caller(tmp_path):
     )
     con.commit()
     con.close()
+    return path
+
+
+def test_a_failing_write_fails_only_its_caller(tmp_path):
+    """A trigger (written with the standard-library sqlite3) refuses one key: in a batch with
+    other callers' writes, only the caller of that write gets the error; the others are
+    stored. The batch is made while the writer waits for a lock another connection holds."""
+    path = _refusing_bad(tmp_path)
     db = Database(path, busy_timeout=10)
     db.set_limit("TRIGGER_DEPTH", 1)  # no engine connection runs a trigger unless told to
     holder = Database(path)
@@ -338,14 +346,7 @@ def test_every_write_queued_while_a_transaction_is_open_joins_it(writer_db):
 def test_a_failed_write_of_the_transaction_fails_its_end(tmp_path):
     """Nobody waits for a write that joined the transaction: its error ends the transaction
     (rolled back), raised by end(), with the key that failed."""
-    path = make_db_file(tmp_path / "trigger.zarrdb", "wal")
-    con = sqlite3.connect(path)
-    con.execute(
-        "CREATE TRIGGER refuse BEFORE INSERT ON zarr WHEN NEW.k = 'bad' "
-        "BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END"
-    )
-    con.commit()
-    con.close()
+    path = _refusing_bad(tmp_path)
     db = Database(path)
     db.set_limit("TRIGGER_DEPTH", 1)  # no engine connection runs a trigger unless told to
     writer = Writer(db)
