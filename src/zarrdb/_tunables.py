@@ -4,7 +4,8 @@ event-loop writes, _completions.py), the reads', a new file's and its connection
 files', copies' and uploads', and the engine's. Each says which benchmark in benchmarks/ chose
 it, or that none did. A benchmark varies them by setting this module's attributes: its users
 read them here when they use them (a store when it opens its file, a read when it runs), except
-where a comment says a value is read once (a dataclass's defaults, the engine's at import).
+where a comment says a value is read once (the defaults of a public signature, which show the
+value to its users; the engine's, at import).
 """
 
 from __future__ import annotations
@@ -135,8 +136,8 @@ REMOTE_MAX_REQUESTS = 16
 # The remote files a process keeps open for stores opened again on the same version (their
 # block caches shared): a bound on memory, not measured for speed (no benchmark varies it).
 REMOTE_SHARED_FILES = 4
-# zarrdb.remote.download fetches a file in pieces of this many bytes (its chunk_size default;
-# no benchmark varies it).
+# zarrdb.remote.download fetches a file in pieces of this many bytes (its chunk_size default,
+# read once; no benchmark varies it).
 DOWNLOAD_PIECE_BYTES = 16 * 1024 * 1024
 
 # --- copies and uploads (copying.py, _copy_engine.py, _upload.py, cli/) ------------------------
