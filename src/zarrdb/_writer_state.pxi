@@ -1,6 +1,7 @@
 # The writer's state, shared by its C threads and its Python class (Writer, _writer.pxi): the
 # structs, and beside each field the thread that owns it or the lock that guards it. Included
-# into _core.pyx before the writer's other rooms (see the top of _writer.pxi).
+# into _core.pyx after _writer_ops.pxi (whose WOp a submission holds) and before the writer's
+# other rooms (see the top of _writer.pxi).
 
 # Result codes of our own (SQLite's are all below 1 << 16 with extended codes).
 cdef enum:
