@@ -1592,12 +1592,22 @@ cdef class Database:
         # makes is allowed for the statement (the file's SQL never runs ATTACH).
         if self.db == NULL:
             raise _errors.ClosedError(f"the database {self.path!r} is closed")
+        # That database is a temporary one, which the build keeps in memory
+        # (SQLITE_TEMP_STORE=2), so it goes to a temporary file (TMPDIR) instead; and VACUUM's
+        # memory grew with the file at the connection's cache size (16 MiB: +127 MB for a file
+        # of 219 MB), but not at SQLite's default of 2 MiB (+34 MB for 131 MB and 219 MB
+        # alike), and its time did not change (0.7 to 1.2 s either way): it copies in order.
+        cache = self.pragma("cache_size")
         sqlite3_limit(self.db, SQLITE_LIMIT_ATTACHED, 1)
         try:
+            self._exec_simple("PRAGMA temp_store = FILE")
+            self._exec_simple("PRAGMA cache_size = -2048")
             self.execute("VACUUM")
         finally:
             if self.db != NULL:
                 sqlite3_limit(self.db, SQLITE_LIMIT_ATTACHED, 0)
+                self._exec_simple("PRAGMA temp_store = DEFAULT")
+                self._exec_simple(f"PRAGMA cache_size = {int(cache)}")
 
     def backup_to(self, path, *, pages_per_step=-1):
         """A consistent copy through SQLite's online backup API, left in DELETE journal mode.
