@@ -17,7 +17,8 @@ that exists must be the file's own, or nothing is opened:
   log before it rewrites the header).
 
 And, in rollback mode with no journal or log in use, the header's page count times its page
-size must be the file's size (fstat), which is then what SQLite bounds every read by. In WAL
+size must be the file's size (fstat), which is then what SQLite bounds every read by. In any
+mode, the file may not be mostly holes (a sparse file: its length a claim, not what it holds). In WAL
 mode the file's header lags the log, and while a writer commits the file grows before its
 journal empties; neither is checked.
 
@@ -28,6 +29,7 @@ rules again as SQLite opens either ("zarrdb-guarded", _sqlite_amalgamation.h).
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Callable
@@ -71,18 +73,24 @@ def check(path: str) -> Found:
 
 
 def check_header(
-    path: str, found: Found, read: Callable[[], tuple[bytes, int] | None]
+    path: str,
+    found: Found,
+    read: Callable[[], tuple[bytes, int] | None],
+    data: Callable[[int], int] | None = None,
 ) -> None:
-    """The checks that need the file's header, given what `check` found beside it and
-    `read()`, which gives the header's bytes and the file's size. Read through the handle
-    SQLite has open (Database) or before any connection of this process has the file open:
-    closing another descriptor of the file would drop every POSIX lock the process holds on
-    it. SidecarError for a log beside a file in rollback mode; DatabaseCorruptError if the
-    size is not the header's."""
+    """The checks that need the file's header, given what `check` found beside it, `read()`,
+    which gives the header's bytes and the file's size, and `data(n)`, how many of the first
+    `n` bytes hold data rather than holes. Read through the handle SQLite has open (Database)
+    or before any connection of this process has the file open: closing another descriptor of
+    the file would drop every POSIX lock the process holds on it. SidecarError for a log beside
+    a file in rollback mode; DatabaseCorruptError if the size is not the header's, or the
+    file is mostly holes."""
     first = read()
     if first is None or len(first[0]) < _HEADER or not first[0].startswith(_MAGIC):
         return
     head = first[0]
+    if data is not None:
+        check_holes(path, found, first, data)
     if head[18] != 1 or head[19] != 1:
         return  # WAL mode (or a format SQLite refuses itself)
     if found.sizes.get("-wal", 0) > 0:
@@ -94,6 +102,90 @@ def check_header(
         )
     if not found.sizes.get("-journal"):
         _check_size(path, found.real + "-journal", first, read)
+
+
+def check_holes(
+    path: str, found: Found, first: tuple[bytes, int] | None, data: Callable[[int], int]
+) -> None:
+    """DatabaseCorruptError if more of the file's pages are holes (never written: a sparse
+    file) than any writer leaves. SQLite writes every page it counts but one (the page of its
+    locks, at 1 GiB), so a page that reads as zeros is one whose bytes are all zero: a free
+    page (listed on a trunk page of the free list, which is written and lists at most a
+    quarter of its bytes' worth), the last page of a value's overflow chain (at most 16 a
+    written page: a page holds no more cells that overflow), or one a log or journal beside the
+    file still holds. Copies made with `cp --sparse`, `rsync -S` or a file system that drops
+    zero blocks keep those as holes; a file of 1 TiB holding 11 KB has 2^30 of them. Every
+    size SQLite reads by comes from the file's length: the whole-file commands (snapshot,
+    check, vacuum) would work through all of it."""
+    if first is None or len(first[0]) < _HEADER or not first[0].startswith(_MAGIC):
+        return
+    head, size = first
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size < 512 or page_size & (page_size - 1):
+        return  # SQLite refuses the header itself
+    pages = size // page_size
+    counted = int.from_bytes(head[28:32], "big")
+    if 0 < counted < pages and head[24:28] == head[92:96]:
+        pages = counted  # SQLite reads no page past a count it trusts
+    held = data(pages * page_size)
+    holes = (pages * page_size - held) // page_size
+    if holes <= 16:
+        return
+    written = pages - holes
+    free = min(int.from_bytes(head[36:40], "big"), written * (page_size // 4))
+    logged = sum(found.sizes.get(side, 0) for side in ("-wal", "-journal")) // page_size
+    if holes <= free + 16 * written + logged + 16:
+        return
+    what = (
+        f"{holes:,} of its {pages:,} pages of {page_size:,} bytes are holes, never written (a "
+        f"sparse file of {pages * page_size:,} bytes holding {held:,}): no writer of a "
+        "database leaves that many"
+    )
+    raise errors.DatabaseCorruptError(
+        f"{path!r}: {what}; it is damaged or crafted",
+        code=errors.SQLITE_CORRUPT,
+        filename=path,
+        sqlite_message=what,
+    )
+
+
+def data_of(path: str) -> Callable[[int], int]:
+    """How many of the first `n` bytes of the file at `path` hold data (see check_header on
+    opening the file here)."""
+
+    def data(upto: int) -> int:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return upto
+        try:
+            return _data_in(fd, upto)
+        finally:
+            os.close(fd)
+
+    return data
+
+
+def _data_in(fd: int, upto: int) -> int:
+    seek_data, seek_hole = getattr(os, "SEEK_DATA", None), getattr(os, "SEEK_HOLE", None)
+    if seek_data is None or seek_hole is None or os.fstat(fd).st_blocks * 512 >= upto:
+        return upto
+    at = found = 0
+    while at < upto:
+        try:
+            start = os.lseek(fd, at, seek_data)
+        except OSError as exc:
+            return found if exc.errno == errno.ENXIO else upto  # ENXIO: no data past `at`
+        if start >= upto:
+            break
+        try:
+            end = min(os.lseek(fd, start, seek_hole), upto)
+        except OSError:
+            return upto
+        found += end - start
+        at = end
+    return found
 
 
 def read_head(path: str) -> tuple[bytes, int] | None:

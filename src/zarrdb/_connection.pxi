@@ -77,6 +77,14 @@ cdef class Database(_FileStatements):
             return None
         return PyBytes_FromStringAndSize(<char*>buf, 100), size
 
+    def _main_data(self, upto):
+        """How many of the first `upto` bytes of the file hold data, not holes (all of them
+        where the file system cannot tell), asked through SQLite's own handle of the file."""
+        cdef int64_t n = upto
+        with nogil:
+            n = zarrdb_main_data(self.db, n)
+        return n
+
     cdef int _busy_ms(self) noexcept nogil:
         if self._busy_timeout * 1000 >= 2147483647:
             return 2147483647
@@ -473,7 +481,9 @@ cdef class Database(_FileStatements):
 
     def backup_to(self, path, *, pages_per_step=-1):
         """A consistent copy through SQLite's online backup API, left in DELETE journal mode.
-        pages_per_step -1 copies everything in one step (one snapshot)."""
+        pages_per_step -1 copies the file as of one moment: in steps of _BACKUP_STEP pages
+        inside one read transaction, Ctrl-C and SIGTERM heard between steps on the main thread
+        (one step of a terabyte ran for hours deaf to both)."""
         return _backup_to(self, path, pages_per_step)
 
     def limits(self):

@@ -200,7 +200,7 @@ cdef int _open(Database self, object path, object mode, bint uri, bint immutable
         if sidecars is not None and vfs is None:
             self.beside = sidecars
             self.header = (self._main_head() or (b"", 0))[0]
-            _beside.check_header(path, sidecars, self._main_head)
+            _beside.check_header(path, sidecars, self._main_head, self._main_data)
         self._busy_timeout = max(0.0, float(busy_timeout))
         self._busy.timeout_us = <int64_t>self._busy_ms() * 1000
         with nogil:

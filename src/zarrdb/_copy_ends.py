@@ -147,6 +147,7 @@ async def open_dest(dest: Any, if_exists: IfExists, dest_path: str | None) -> De
     from zarr.storage import LocalStore, StorePath
 
     from zarrdb import SQLiteStore
+    from zarrdb._confined import ConfinedLocalStore
 
     if isinstance(dest, StorePath | Store):
         store = dest.store if isinstance(dest, StorePath) else dest
@@ -192,9 +193,9 @@ async def open_dest(dest: Any, if_exists: IfExists, dest_path: str | None) -> De
         _places.make_private(temporary)
         return Dest(None, "", True, kind, exists, temporary, local)
     if exists:
-        store = (
-            SQLiteStore(local) if kind == "zarrdb" else LocalStore(local, read_only=False)
-        )
+        # An existing directory may hold links, and someone may swap one in while the copy
+        # writes: no write leaves it (_confined).
+        store = SQLiteStore(local) if kind == "zarrdb" else ConfinedLocalStore(local)
         await _compat.ensure_open(store)
         return Dest(store, "", True, kind, existed=True, final=local)
     temporary = _places.temporary_sibling(local)

@@ -62,6 +62,7 @@ cdef extern from "_sqlite_amalgamation.h" nogil:
     int ZARRDB_CHAIN_LOOP
     int zarrdb_blob_chain_check(sqlite3_blob* blob, int64_t upto)
     int zarrdb_main_head(sqlite3* db, unsigned char* buf, int n, int64_t* size)
+    int64_t zarrdb_main_data(sqlite3* db, int64_t upto)
     const char* zarrdb_guarded_vfs()
     void zarrdb_fork_prepare()
     void zarrdb_fork_parent()
@@ -118,6 +119,8 @@ if (
 cdef int64_t _BLOB_READ_MIN = _tunables.BLOB_READ_MIN
 cdef int _PROGRESS_STEPS = _tunables.PROGRESS_STEPS
 cdef long _SIGNAL_LOOK_MS = _tunables.SIGNAL_LOOK_MS
+# Pages a step of a whole backup copies before Ctrl-C and SIGTERM are looked at.
+cdef int _BACKUP_STEP = _tunables.BACKUP_STEP_PAGES
 
 
 def library_info():

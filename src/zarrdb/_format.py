@@ -104,8 +104,8 @@ def key_problem(key: str, flavour: str = "store") -> str | None:
 
     Every flavour refuses the spec's empty segments, `.` and `..` segments (the Zarr core spec
     forbids them as node names; as a path they climb out of the hierarchy) and NUL. A path on a
-    file system must also name a file (not ""), and on Windows hold no backslash and no drive
-    letter ("C:") at the start of a segment."""
+    file system must also name a file (not ""), and on Windows hold no backslash, no drive
+    letter ("C:") at the start of a segment and no segment ending in a dot or a space."""
     if not key:
         return None if flavour == "store" else "the empty key names no file"
     # The common case costs a few substring searches: this runs for every chunk written.
@@ -126,6 +126,13 @@ def key_problem(key: str, flavour: str = "store") -> str | None:
             return "a backslash, which separates folders on Windows"
         if ":" in key and _DRIVE.search(key):
             return "a drive letter ('C:') at the start of a segment, which names a drive on Windows"
+        if key[-1] in ". " or "./" in key or " /" in key:
+            # Windows drops a name's trailing dots and spaces as it opens it: '.. ' and '... '
+            # become '..' (a way out of the folder), 'a.' and 'a ' the file 'a'.
+            return (
+                "a segment ending in a dot or a space, which Windows drops ('.. ' would be "
+                "'..', leaving the folder)"
+            )
     return None
 
 

@@ -145,6 +145,43 @@ static int zarrdb_main_head(sqlite3 *db, unsigned char *buf, int n, sqlite3_int6
 }
 
 /*
+ * How many of the first `upto` bytes of a connection's main file hold data, not holes: a file
+ * truncated to a sparse terabyte takes a few kilobytes of disk, and SQLite reads it as the
+ * database of 2^30 pages its length (or its header) says. Asked of the file system through
+ * SQLite's own descriptor (SEEK_DATA, SEEK_HOLE: no read, and no second descriptor whose close
+ * would drop the process's locks); one fstat when the file's blocks leave no room for a hole,
+ * else one pair of seeks per stretch of data. `upto` (no hole known) where the file is not the
+ * unix VFS's, or the file system cannot tell; only with the bundled SQLite.
+ */
+#if !defined(ZARRDB_SYSTEM_SQLITE) && SQLITE_OS_UNIX && defined(SEEK_DATA) && defined(SEEK_HOLE)
+static sqlite3_int64 zarrdb_main_data(sqlite3 *db, sqlite3_int64 upto)
+{
+    sqlite3_file *f = 0;
+    struct stat st;
+    off_t at = 0, start, end;
+    sqlite3_int64 found = 0;
+    int fd;
+    if (sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &f) != SQLITE_OK || f == 0
+        || f->pMethods == 0 || f->pMethods->xRead != unixRead) return upto;
+    fd = ((unixFile *)f)->h;
+    if (fstat(fd, &st) != 0 || (sqlite3_int64)st.st_blocks * 512 >= upto) return upto;
+    while (at < upto) {
+        start = lseek(fd, at, SEEK_DATA);
+        if (start < 0) return errno == ENXIO ? found : upto;  /* ENXIO: no data past `at` */
+        if (start >= upto) break;
+        end = lseek(fd, start, SEEK_HOLE);
+        if (end < 0) return upto;
+        if (end > upto) end = upto;
+        found += end - start;
+        at = end;
+    }
+    return found;
+}
+#else
+static sqlite3_int64 zarrdb_main_data(sqlite3 *db, sqlite3_int64 upto) { (void)db; return upto; }
+#endif
+
+/*
  * Overflow chains that come back on themselves. A value longer than fits on its b-tree page
  * continues on a chain of overflow pages, each naming the next. SQLite reads as many bytes as
  * the row's record claims and bounds the claim only by the file's size (page count x page

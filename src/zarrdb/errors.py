@@ -45,6 +45,7 @@ __all__ = [
     "CopyMismatchError",
     "SidecarError",
     "CoordinateTooLargeError",
+    "DamagedChunkError",
     "sqlite_error",
 ]
 
@@ -263,6 +264,12 @@ class CoordinateTooLargeError(ZarrDBError, ValueError):
     """The dimension coordinates xarray reads whole when it opens a dataset declare more bytes
     than the backend's `max_coordinate_bytes` allows (a file can declare any size and store
     nothing). Pass a larger limit, or None, for a file you trust."""
+
+
+class DamagedChunkError(ZarrDBError, ValueError):
+    """A stored chunk of strings (vlen-utf8, vlen-bytes) states more items than its bytes or
+    its chunk's shape can hold; it is refused before its decoder allocates them (the xarray
+    backend)."""
 
 
 # SQLite's primary result codes (sqlite3.h), by name. The engine checks at import that they

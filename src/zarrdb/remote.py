@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -375,6 +376,9 @@ def download(
         If `dest` exists.
     zarrdb.errors.UnclosedFileError
         If the remote file is still in WAL mode.
+    zarrdb.errors.DiskFullError
+        If the size the server states is more than the folder of `dest` has free (before
+        anything is downloaded).
     zarrdb.errors.RemoteReadError
         If a request fails (`RemoteFileChangedError` if the file is replaced meanwhile).
     """
@@ -385,6 +389,16 @@ def download(
         RemoteLocation(url, storage_options=storage_options),
         BlockCache(first_read=min(chunk_size, 1 * MIB)),
     )
+    # A server may state any size, and the header agree with it: a terabyte of zeros would
+    # download for hours to fail at the end.
+    free = shutil.disk_usage(os.path.dirname(os.path.abspath(target))).free
+    if remote.size > free:
+        raise errors.DiskFullError(
+            f"{url}: downloading it needs {remote.size:,} bytes, and the folder of {target!r} "
+            f"has {free:,} free",
+            code=errors.SQLITE_FULL,
+            filename=target,
+        )
     written = 0
     try:
         with open(target, "xb") as out:

@@ -29,6 +29,7 @@ from xarray.backends import BackendEntrypoint, ZarrBackendEntrypoint
 from zarrdb import _format, errors
 from zarrdb import remote as _remote
 from zarrdb._live_stores import open_in_this_process
+from zarrdb._string_chunks import CheckedStrings
 from zarrdb.store import SQLiteStore
 
 __all__ = ["ZarrDBBackendEntrypoint"]
@@ -223,9 +224,11 @@ def _unchain(
 
 
 def _as_source(store: SQLiteStore) -> Any:
-    """The store as xarray's zarr backend takes it: any zarr Store works there, though its
-    signature names paths and xarray's own data stores only."""
-    return store
+    """The store as xarray's zarr backend takes it (any zarr Store works there, though its
+    signature names paths and xarray's own data stores only), its chunks of strings checked
+    before they are decoded (_string_chunks: a junk chunk's first bytes made numcodecs
+    allocate gigabytes)."""
+    return CheckedStrings(store)
 
 
 def _store(

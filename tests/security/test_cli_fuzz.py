@@ -1,6 +1,7 @@
 """The command line's promise on hostile input, for every command that reads a file: over the
 files the other generators make (hostile schemas and metadata, test_schema_fuzz.py; planted
-sidecars, cut and padded files, and servers stating 2^64 - 1 bytes, test_environment_fuzz.py;
+sidecars, cut, padded and sparse files, and servers stating 1 TiB or 2^64 - 1 bytes,
+test_environment_fuzz.py;
 declared coordinates, test_coordinate_fuzz.py), some of them under names holding escape
 sequences, every command that takes a FILE exits 0, 1 or 2, never 3
 (internal error) and never by a signal; with at most one line on stderr, and no raw control
@@ -39,6 +40,7 @@ DEADLINE = 30.0  # seconds for one command
 PEAK_GROWTH = 100_000_000
 CASE_SECONDS = 120.0  # for all the commands on one file (the watchdog)
 ESCAPES = "\x1b]0;pwned\x07\x1b[2J"
+TIB = 1 << 40
 URL_OPTIONS = ["--storage-option", "timeout=5s", "--storage-option", "max_retries=0"]
 
 
@@ -90,15 +92,13 @@ def _make(rng: random.Random, folder: Path, n: int, servers: list) -> tuple[str,
         case = test_coordinate_fuzz.build(folder, n, rng)
         return str(_named(rng, Path(case["path"]))), False, f"coordinates {case['declared']}"
     spec = {name: rng.choice(values) for name, values in test_environment_fuzz.CHOICES.items()}
-    # Files of 1 TiB (sparse, or served as that size) are left out: such a file is a database
-    # of 2^30 pages as far as anything can tell, and the commands that read or rewrite every
-    # page take that long (`snapshot`, a download, `vacuum`: hours) or memory by the page
-    # (`check` +134 MB, `mv` +418 MB, `vacuum` +797 MB). The store's open and reads of them
-    # are in test_environment_fuzz.py.
-    if spec["size"].startswith("sparse"):
-        spec["size"] = rng.choice(["as is", "padded", "cut"])
-    if spec["served"] == "claims 1 TiB":
+    # Files of 1 TiB: sparse ones (refused as mostly holes), and a server stating that size,
+    # for the file's own header or one made to agree (a download or a snapshot of it is
+    # refused for want of room), besides one stating 2^64 - 1.
+    if spec["served"] == "claims 1 TiB" and rng.random() < 0.3:
         spec["served"] = "claims 2^64 - 1"
+    if rng.random() < 0.3:  # more of them than the environment's own mix has
+        spec["size"] = rng.choice(["sparse, header says", "sparse, count ignored"])
     room = folder / f"env-{n}"
     room.mkdir()
     built = test_environment_fuzz._build(room, n, spec)
@@ -106,10 +106,19 @@ def _make(rng: random.Random, folder: Path, n: int, servers: list) -> tuple[str,
         return built["target"], False, f"surroundings {spec}"
     with open(built["target"], "rb") as f:
         data = f.read(1 << 20)
-    huge = len(data) if spec["served"] == "as is" else (1 << 64) - 1
+    huge = {"as is": len(data), "claims 1 TiB": TIB}.get(spec["served"], (1 << 64) - 1)
+    if huge == TIB and rng.random() < 0.5:
+        data = _claiming(data, TIB // test_environment_fuzz.PAGE)
     server = HostileServer(data, "claim_size", huge=huge).__enter__()
     servers.append(server)
     return server.url(), True, f"served {spec}"
+
+
+def _claiming(data: bytes, pages: int) -> bytes:
+    """`data` with a header that says `pages` pages (a count SQLite trusts)."""
+    out = bytearray(data)
+    out[28:32] = pages.to_bytes(4, "big")
+    return bytes(out)
 
 
 def _problems(name: str, got: dict) -> list[str]:

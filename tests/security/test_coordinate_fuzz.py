@@ -1,8 +1,9 @@
 """A generator of hostile array metadata for xarray (issue 37, finding 5): files whose groups
 hold dimension coordinates (1-D arrays named as their dimension, which xarray reads whole at
 open to build its index) and data variables on them, with the shape, data type, chunk grid and
-fill value of each drawn from values at and past their limits, no chunk or a junk chunk stored,
-in one group or several (a tree opened with `open_datatree`, or one of its groups).
+fill value of each drawn from values at and past their limits, no chunk or a junk chunk stored
+(for strings: counts of items past what the chunk holds, compressed or not), in one group or
+several (a tree opened with `open_datatree`, or one of its groups).
 
 The property, for every file: `xr.open_dataset(path, engine="zarrdb")` (or `open_datatree`)
 succeeds, or raises a zarrdb error or the clean exception of zarr or xarray refusing the
@@ -25,6 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numcodecs
 import pytest
 
 from format import builders
@@ -44,11 +46,14 @@ FILL = {"float64": [0.0, "NaN", "Infinity", 1e308], "int8": [0, 7, -128, 300],
         "bool": [False, True, 0], "uint64": [0, 2**64 - 1, -1], "complex128": [[0.0, 0.0],
         ["NaN", 1.0]], "float16": [0.0, "NaN", 65504.0], "string": ["", "x" * 1000, 0]}  # fmt: skip
 GROUPS = ("", "g1", "g1/g2")
+ZSTD = {"name": "zstd", "configuration": {"level": 0, "checksum": False}}
 
 
 def _length(rng: random.Random, dtype: str) -> int:
-    """A declared length: small, just past the cap, gigabytes, or past what any index takes."""
-    kind = rng.choices(["small", "past the cap", "gigabytes", "huge"], [5, 2, 2, 1])[0]
+    """A declared length: small, just past the cap, gigabytes, or past what any index takes
+    (strings: small more often, so that their chunks are read)."""
+    small = 15 if dtype == "string" else 5
+    kind = rng.choices(["small", "past the cap", "gigabytes", "huge"], [small, 2, 2, 1])[0]
     if kind == "small":
         return rng.choice([0, 1, 10, 1000])
     if kind == "past the cap":
@@ -62,6 +67,8 @@ def _array(rng: random.Random, name: str, length: int, dtype: str) -> dict:
     chunk = rng.choice([1, max(length, 1), 1_000_000, 1 << 62])
     codecs = [{"name": "vlen-utf8"}] if dtype == "string" else [
         {"name": "bytes", "configuration": {"endian": "little"}}]  # fmt: skip
+    if dtype == "string" and rng.random() < 0.5:
+        codecs.append(ZSTD)  # a junk chunk then reaches the strings' decoder decompressed
     return {
         "zarr_format": 3, "node_type": "array", "shape": [length], "data_type": dtype,
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [chunk]}},
@@ -69,6 +76,25 @@ def _array(rng: random.Random, name: str, length: int, dtype: str) -> dict:
         "fill_value": rng.choice(FILL[dtype]), "codecs": codecs, "attributes": {},
         "dimension_names": [name],
     }  # fmt: skip
+
+
+def _junk_strings(rng: random.Random, array: dict) -> bytes:
+    """A chunk for the array of strings `array`: random bytes, or a count at or past what its
+    bytes and its chunk shape hold (numcodecs' vlen-utf8 makes an array of the count's objects
+    before it reads on: 2^31 of them touched 15 GB), followed by a few items; compressed with
+    zstd if the array's codecs say so."""
+    values = array["chunk_grid"]["configuration"]["chunk_shape"][0]
+    if rng.random() < 0.4:
+        raw = rng.randbytes(rng.choice([3, 8, 4096]))
+    else:
+        count = rng.choice([(1 << 31) - 1, (1 << 32) - 1, 20_000_000, min(values + 1, 2**32 - 1)])
+        items = rng.choice([0, 1, 3])
+        raw = count.to_bytes(4, "little") + b"".join(
+            len(s).to_bytes(4, "little") + s for s in [b"x" * rng.choice([0, 5])] * items
+        )
+    if ZSTD in array["codecs"]:
+        raw = numcodecs.Zstd().encode(raw)
+    return raw
 
 
 def _case(rng: random.Random) -> tuple[dict[str, bytes], dict]:
@@ -82,16 +108,17 @@ def _case(rng: random.Random) -> tuple[dict[str, bytes], dict]:
         prefix = f"{group}/" if group else ""
         if group:
             rows[f"{group}/zarr.json"] = rows["zarr.json"]
-        dtype = rng.choice(sorted(ITEMSIZE))
+        # Strings more often than the other types: their chunks have a decoder of their own.
+        dtype = "string" if rng.random() < 0.25 else rng.choice(sorted(ITEMSIZE))
         name = rng.choice(["x", "time"])
         length = (CAP // 2 + 1000) // ITEMSIZE[dtype] if shared else _length(rng, dtype)
         coordinate = _array(rng, name, length, dtype)
         variable = _array(rng, name, length, "float64")
         rows[f"{prefix}{name}/zarr.json"] = json.dumps(coordinate).encode()
         rows[f"{prefix}v/zarr.json"] = json.dumps(variable).encode()
-        # A junk chunk of strings is left out: numcodecs' vlen-utf8 allocates the count its
-        # first four bytes state before reading further (test_xarray_declared_sizes.py).
-        if rng.random() < 0.3 and dtype != "string":
+        if dtype == "string" and rng.random() < 0.7:
+            rows[f"{prefix}{name}/c/0"] = _junk_strings(rng, coordinate)
+        elif rng.random() < 0.3:
             rows[f"{prefix}{name}/c/0"] = rng.randbytes(rng.choice([0, 8, 4096]))
     opened = {"open": how}
     if how == "dataset" and len(groups) > 1:

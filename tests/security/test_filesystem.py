@@ -16,12 +16,14 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
 
 from cli.helpers import assert_bad_input, assert_ok, fingerprint, run, sqlite_rows
 from format.builders import hand_written_entries, make_store_file
+import zarrdb
 from zarrdb import SQLiteStore, errors
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX links and modes")
@@ -126,6 +128,66 @@ def test_copy_does_not_write_through_a_planted_folder_link(tmp_path):
     assert "symbolic link" in line
     assert list(victim.iterdir()) == []
     assert sorted(p.name for p in dest.iterdir()) == ["g", "zarr.json"]
+
+
+def test_a_folder_swapped_for_a_link_during_a_copy_is_not_written_through(tmp_path):
+    """The check of links runs before a copy writes; a folder of the destination swapped for
+    a link to elsewhere after it, while the copy runs, was followed and the copy written
+    there. The moment is made exact: the source, a store of this test, holds its read of one
+    chunk until another thread has put the link in place. Now no write leaves the
+    destination: the copy fails with PermissionError and the victim's folder stays empty."""
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.storage import MemoryStore, WrapperStore
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    dest = tmp_path / "out"
+    (dest / "g").mkdir(parents=True)
+    (dest / "zarr.json").write_bytes(hand_written_entries()["zarr.json"])
+    checked, swapped = threading.Barrier(2, timeout=30), threading.Barrier(2, timeout=30)
+
+    class Held(WrapperStore):
+        """Reads a/c/1 only once the swap is done; sizes known without a read (so the one
+        read of a/c/1 is the copy's, after its check)."""
+
+        async def getsize(self, key: str) -> int:
+            return len(hand_written_entries()[key])
+
+        async def get_partial_values(self, prototype, key_ranges):  # noqa: ANN001
+            key_ranges = list(key_ranges)
+            if any(key == "a/c/1" for key, _ in key_ranges):
+                checked.wait()
+                swapped.wait()
+            return await super().get_partial_values(prototype, key_ranges)
+
+    def swap() -> None:
+        checked.wait()  # the copy has checked the destination and is reading
+        (dest / "g").rename(dest / "g-before")
+        (dest / "g").symlink_to(victim, target_is_directory=True)
+        swapped.wait()
+
+    memory = {k: default_buffer_prototype().buffer.from_bytes(v)
+              for k, v in hand_written_entries().items()}  # fmt: skip
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    try:
+        with pytest.raises(PermissionError, match="symbolic link"):
+            zarrdb.copy(Held(MemoryStore(memory)), dest, dest_path="g")
+    finally:
+        swapper.join(timeout=30)
+    assert list(victim.rglob("*")) == []
+
+
+def test_a_link_inside_the_destination_is_still_followed(tmp_path):
+    """A folder of an existing destination that is a link to another folder inside it: the
+    copy writes through it, as the check allows."""
+    source = store_file(tmp_path / "src.zarrdb")
+    dest = tmp_path / "out"
+    (dest / "real").mkdir(parents=True)
+    (dest / "zarr.json").write_bytes(hand_written_entries()["zarr.json"])
+    (dest / "g").symlink_to("real", target_is_directory=True)
+    assert_ok(run("copy", source, dest, "--dest-path", "g"))
+    assert (dest / "real/a/c/0").read_bytes() == hand_written_entries()["a/c/0"]
 
 
 # --- 10: a predictable temporary name ---------------------------------------------------------

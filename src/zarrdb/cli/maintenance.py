@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import time
 import warnings
 from collections.abc import Sequence
@@ -13,7 +14,7 @@ from typing import Any
 from zarrdb.cli import common, hierarchy
 from zarrdb.cli.framework import EXIT_OK, BadInput, say
 from zarrdb.cli.outputs import building, put_in_place, temporary_sibling
-from zarrdb.cli.stores import closing, open_zarrdb, require_local
+from zarrdb.cli.stores import closing, open_zarrdb, remote_errors, remote_options, require_local
 
 # --- zarrdb mv -----------------------------------------------------------------------------------
 
@@ -152,6 +153,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
     temporary = temporary_sibling(dest)
     started = time.perf_counter()
     with closing(store), building(temporary):
+        _require_room(args.file, options, parent)
         store.backup(temporary)
         with closing(open_zarrdb(temporary, busy_timeout=args.busy_timeout)) as copy:
             facts = copy.file_info()
@@ -175,6 +177,26 @@ def run_snapshot(args: argparse.Namespace) -> int:
             f"journal mode {facts['journal_mode']}, in {elapsed:.2f} s"
         )
     return EXIT_OK
+
+
+def _require_room(file: str, options: dict[str, Any], folder: str) -> None:
+    """BadInput if `folder` has no room for a copy of `file` (its size: a URL's as the server
+    states it, which the header's page count agrees with), before a page is copied. A server
+    can state a terabyte; copying it would run for hours and fill the disk, to fail at the
+    end."""
+    if "://" in file:
+        from zarrdb import remote
+
+        with remote_errors(file):
+            size = remote.open_remote(file, storage_options=remote_options(file, options)).size
+    else:
+        size = os.path.getsize(file)
+    free = shutil.disk_usage(folder).free
+    if size > free:
+        raise BadInput(
+            f"{file}: a snapshot needs {common.human(size)}, and {folder} has "
+            f"{common.human(free)} free; choose a folder with room"
+        )
 
 
 # --- zarrdb vacuum -------------------------------------------------------------------------------

@@ -369,7 +369,11 @@ async def open_store(
         except (zipfile.BadZipFile, OSError) as exc:
             raise BadInput(f"{where.path}: cannot be opened as a zip file ({exc})") from None
     if where.kind == "dir":
-        return LocalStore(at, read_only=read_only)
+        if read_only:
+            return LocalStore(at, read_only=True)
+        from zarrdb._confined import ConfinedLocalStore
+
+        return ConfinedLocalStore(at, read_only=False)  # no write leaves it, links swapped or not
     try:
         import fsspec  # noqa: F401
     except ImportError:
