@@ -36,6 +36,7 @@ from zarrdb import SQLiteStore, _pause, _writing
 DEADLINE = 6.0  # seconds for a whole program, exit included: a hang fails in seconds
 GATE_WAIT = 0.25  # seconds a gate holds a thread at most
 FORK_WAIT = 4.0  # seconds a forked child has for its write (a lock held meanwhile included)
+FORK_HOLD = 1.0  # seconds a thread at the fork's point waits for the fork at most
 SIZES = {"small": 100, "large": 96 * 1024}
 
 
@@ -55,12 +56,16 @@ def value(op_id: int, size: str, bad: bool = False) -> cpu.Buffer:
 class Scheduler:
     """What the armed pause points do."""
 
-    def __init__(self, gates: list[list], signal_at: list | None) -> None:
+    def __init__(self, gates: list[list], signal_at: list | None, fork_at: list | None) -> None:
         self.pid = os.getpid()
         self.cond = threading.Condition()
         self.counts: dict[str, int] = {}
         self.gates = {(at, k): until for at, k, until in gates}
         self.signal_at = tuple(signal_at) if signal_at else None
+        # The k-th arrival at this point is held while another thread forks (Run.forker).
+        self.fork_at = tuple(fork_at[:2]) if fork_at else None
+        self.fork_go = threading.Event()
+        self.forked = threading.Event()
         self.main = threading.main_thread().ident
 
     def __call__(self, name: str) -> None:
@@ -72,6 +77,10 @@ class Scheduler:
             until = self.gates.get((name, n))
         if self.signal_at == (name, n):
             signal.pthread_kill(self.main, signal.SIGINT)
+        if self.fork_at == (name, n):
+            # Held here (with whatever this thread holds at the point) until the fork is made.
+            self.fork_go.set()
+            self.forked.wait(FORK_HOLD)
         if until is not None:
             self.wait_for(until)
 
@@ -90,8 +99,9 @@ class Run:
         self.events_lock = threading.Lock()
         # No syncs: what is explored is the order of things, not what a disk keeps.
         self.store = SQLiteStore(path, busy_timeout=DEADLINE, durability="off")
-        self.sched = Scheduler(program["gates"], program.get("signal"))
+        self.sched = Scheduler(program["gates"], program.get("signal"), program.get("fork_at"))
         self.started: list[threading.Thread] = []
+        self.over = threading.Event()  # the program has ended: no fork at a point any more
 
     def record(self, **event: object) -> None:
         with self.events_lock:
@@ -119,7 +129,9 @@ class Run:
             raise
         self.record(id=op["id"], s="ok", t0=t0, t1=time.monotonic(), th=threading.get_ident())
 
-    def fork(self, op: dict, ns: str) -> None:
+    def fork(self, op: dict, ns: str, forked: threading.Event | None = None) -> None:
+        """Fork a child that writes the operation's value through the inherited store and
+        closes it; wait for it. (`forked` is set as soon as the fork is made.)"""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # forking with threads is the point
             pid = os.fork()
@@ -131,6 +143,8 @@ class Run:
                 self.store.close()  # a child leaves the file whole too, then ends at once
             finally:
                 os._exit(code)
+        if forked is not None:
+            forked.set()
         deadline = time.monotonic() + FORK_WAIT
         while time.monotonic() < deadline:
             done, status = os.waitpid(pid, os.WNOHANG)
@@ -139,10 +153,36 @@ class Run:
                     raise ForkedWriteFailed()
                 return
             time.sleep(0.01)
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        print(f"the child forked by operation {op['id']} hung:", file=sys.stderr, flush=True)
+        os.kill(pid, signal.SIGABRT)  # faulthandler (inherited) shows its stack
+        deadline, done = time.monotonic() + 1, 0
+        while not done and time.monotonic() < deadline:
+            time.sleep(0.01)
+            done = os.waitpid(pid, os.WNOHANG)[0]
+        if not done:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
         self.record(id=op["id"], s="hang", t0=0, t1=0)
         raise ForkedChildHung()
+
+    def forker(self) -> None:
+        """The program's fork at a point: once a thread is held at the point, fork a child
+        that writes through the inherited store (as op_sync's fork, from this thread)."""
+        key, op_id = self.program["fork_at"][2:]
+        op = {"op": "fork", "key": key, "id": op_id}
+        while not self.sched.fork_go.wait(0.05):
+            if self.over.is_set():
+                return
+        if self.over.is_set():
+            return
+        t0 = time.monotonic()
+        try:
+            self.fork(op, "f", self.sched.forked)
+        except Exception as exc:
+            self.record(id=op_id, s="err", e=type(exc).__name__, t0=t0, t1=time.monotonic(),
+                        th=threading.get_ident())  # fmt: skip
+            return
+        self.record(id=op_id, s="ok", t0=t0, t1=time.monotonic(), th=threading.get_ident())
 
     # --- callers on threads ----------------------------------------------------------------
 
@@ -294,6 +334,13 @@ class Run:
                 )
         return threads
 
+    def end_forks(self) -> None:
+        """No fork at a point once the program has ended (the exit hook's close, say): forking
+        while the interpreter finalizes is not what a program does."""
+        self.sched.fork_at = None
+        self.over.set()
+        self.sched.forked.set()
+
     def main(self) -> int:
         self.store.ensure_open()
         holder = timer = None
@@ -308,19 +355,27 @@ class Run:
             timer = threading.Timer(self.program["lock_ms"] / 1000, holder.let_go)
             timer.daemon = True
             timer.start()
+        forker = None
         _pause.arm(self.sched)
         try:  # SIGINT may come at any point from here on
+            if self.program.get("fork_at"):
+                forker = threading.Thread(target=self.forker, daemon=True)
+                forker.start()
             for thread in self.threads_of_program():
                 thread.start()
                 self.started.append(thread)
             for thread in self.started:  # (the list grows by the callers started late)
                 while thread.is_alive():
                     thread.join(0.05)
+            self.sched.signal_at = None  # the program is over: a SIGINT now would be the runner's
+            self.end_forks()
+            while forker is not None and forker.is_alive():  # a fork made waits for its child
+                forker.join(0.05)
         except KeyboardInterrupt:
             self.sched.signal_at = None
+            self.end_forks()
             self.record(interrupted=True)
             return 130  # the program ends here: exit handlers run while the threads go on
-        self.sched.signal_at = None  # the program is over: a SIGINT now would be the runner's
         if holder is not None and timer is not None:
             timer.join()  # it lets go of the lock
             holder.proc.wait(DEADLINE)

@@ -62,6 +62,9 @@ def check(program: dict, code: int, events: list[dict], stderr: str, path: Path)
     where: dict[int, tuple] = {}
     for i, actor in enumerate(program["actors"]):
         walk(actor["ops"], f"a{i}", (), callers, where)
+    if program.get("fork_at"):  # the child forked at a point, as a caller of its own
+        _, _, key, op_id = program["fork_at"]
+        walk([{"op": "fork", "key": key, "id": op_id}], "f", (), callers, where)
     txns = [op for _, _, op in where.values() if op["op"] == "txn"]
     closes = [recs.get(op["id"]) for _, _, op in where.values() if op["op"] == "close"]
 

@@ -81,6 +81,14 @@ MILESTONE = st.sampled_from([
     "txn.begin", "txn.end", "writer.take", "writer.commit", "submit.queued", "submit.full",
     "burst.backlog", "close", "writing.close", "connections.close", "settle",
 ])  # fmt: skip
+# Where a fork may find another thread of the parent: holding the store's lock (closing), the
+# connection (a level opening or ending), the queue.
+FORK_POINT = st.sampled_from([
+    "connections.close", "writing.close", "close", "writer.close", "txn.begin", "txn.end",
+    "writer.take", "writer.commit", "submit.queued", "submit.full", "burst.backlog", "settle",
+])  # fmt: skip
+# The shapes a program may start from (ScheduleExplorer.shape_*), first the most telling.
+SHAPES = ["free", "siblings", "exit", "backlog", "fork"]
 # Most steps may first wait for such a moment (the step's `after`).
 AFTER = st.one_of(st.none(), MILESTONE) if "wait" not in WITHOUT else st.none()
 KINDS = [k for k in ("thread", "task") if k not in WITHOUT]
@@ -176,8 +184,9 @@ class ScheduleExplorer(RuleBasedStateMachine):
         kinds=st.lists(st.sampled_from(KINDS), min_size=2, max_size=4),
         small_queue=st.sampled_from([True, True, False]),
         lock_ms=st.sampled_from([0, 300]),
+        shape=st.sampled_from(SHAPES),
     )
-    def callers(self, kinds: list[str], small_queue: bool, lock_ms: int) -> None:
+    def callers(self, kinds: list[str], small_queue: bool, lock_ms: int, shape: str) -> None:
         for kind in kinds:
             ops: list = []
             self.program["actors"].append({"kind": kind, "ops": ops})
@@ -186,6 +195,57 @@ class ScheduleExplorer(RuleBasedStateMachine):
             self.program["queue_bytes"] = 96 * 1024  # one large value fills it
         if lock_ms and "lock" not in WITHOUT:
             self.program["lock_ms"] = lock_ms
+        getattr(self, f"shape_{shape}")()
+
+    # A program may start from a shape where the write path's parts meet (random steps follow):
+    # rare for independent steps to build, and where defects of the kind found before were.
+
+    def shape_free(self) -> None:
+        """No shape: the steps alone."""
+
+    def shape_siblings(self) -> None:
+        """Two callers started in one block, each in a nested level of its own, one of them
+        failing: the levels meet on the one stack of savepoints."""
+        txn = self.add(0, {"op": "txn", "ok": True, "join": True, "body": [], "children": []})
+        for key, ok in ((0, True), (1, False)):
+            write = self.numbered({"op": "set", "key": key, "size": "small", "bad": False})
+            inner = {"op": "txn", "ok": ok, "join": True, "body": [write], "children": []}
+            txn["children"].append([self.numbered(inner)])
+
+    def shape_exit(self) -> None:
+        """Ctrl-C while a task writes large values one after the other: the program ends, the
+        exit hook closes the store while the event loop's thread goes on writing."""
+        if "signal" in WITHOUT:
+            return
+        self.program["actors"][0]["kind"] = "task"
+        for i in range(6):
+            self.add(0, {"op": "set", "key": i % 2, "size": "large", "bad": False})
+        self.program["signal"] = ["writer.committed", 1]
+
+    def shape_backlog(self) -> None:
+        """On the event loop: a large value fills the queue (another process holds the lock),
+        a small write's burst waits for room, then a synchronous write of the same key or a
+        close() on the loop's thread, which must come after it."""
+        if "full_queue" in WITHOUT or "lock" in WITHOUT:
+            return
+        self.program["queue_bytes"] = 96 * 1024
+        self.program["lock_ms"] = 300
+        self.program["actors"][0]["kind"] = "task"
+        self.add(0, {"op": "fire", "key": 1, "size": "large", "bad": False})
+        self.add(0, {"op": "fire", "key": 0, "size": "small", "bad": False})
+        if len(self.program["actors"]) > 2:  # (one or the other: both come up)
+            self.add(0, {"op": "close"})
+        else:
+            self.add(0, {"op": "set_sync", "key": 0, "size": "small", "bad": False})
+
+    def shape_fork(self) -> None:
+        """A child forked while another thread of the parent closes the store, holding the
+        store's own lock: the child writes through the store it inherited."""
+        if "fork" in WITHOUT or "close" in WITHOUT:
+            return
+        self.add(0, {"op": "set", "key": 0, "size": "small", "bad": False})
+        self.add(0, {"op": "close"})
+        self.program["fork_at"] = ["connections.close", 1, 0, self.new_id()]
 
     def add(self, caller: int, op: dict) -> dict:
         op["id"] = self.new_id()
@@ -313,6 +373,13 @@ class ScheduleExplorer(RuleBasedStateMachine):
     def fork_and_write(self, caller: int, key: int, after: str | None) -> None:
         self.wait(caller, after)
         self.add(caller, {"op": "fork", "key": 2 + key})
+
+    @precondition(lambda self: "fork" not in WITHOUT and not self.program.get("fork_at"))
+    @rule(at=FORK_POINT, k=st.integers(1, 2), key=st.integers(0, 1))
+    def fork_at_point(self, at: str, k: int, key: int) -> None:
+        """The k-th thread to reach point `at` is held there while another thread forks a
+        child that writes through the inherited store."""
+        self.program["fork_at"] = [at, k, key, self.new_id()]
 
     @precondition(lambda self: "wait" not in WITHOUT)
     @rule(caller=st.integers(0, 3), until=MILESTONE)
