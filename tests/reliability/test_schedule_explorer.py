@@ -473,3 +473,30 @@ def test_schedule_explorer_finds_no_defect() -> None:
 @pytest.mark.explore
 def test_schedule_explorer_large_budget() -> None:
     explore(500)
+
+
+def replay(program: dict, times: int) -> int:
+    """Run one program `times` times (a failure's `program:` line, to see how often it fails
+    and its stacks); returns how many runs failed."""
+    failed = 0
+    try:
+        for n in range(times):
+            code, events, stderr, path = runner().run(program)
+            try:
+                check(program, code, events, stderr, path)
+            except AssertionError as exc:
+                failed += 1
+                print(f"run {n + 1}: {exc}\nevents: {events}\n", file=sys.stderr)
+    finally:
+        if RUNNER is not None:
+            RUNNER.close()
+            shutil.rmtree(RUNNER.dir, ignore_errors=True)
+    print(f"{failed} of {times} runs failed", file=sys.stderr)
+    return failed
+
+
+if __name__ == "__main__":
+    # cd tests && python -m reliability.test_schedule_explorer PROGRAM.json [TIMES]
+    with open(sys.argv[1]) as f:
+        text = f.read()
+    replay(json.loads(text[text.index("{"):]), int(sys.argv[2]) if len(sys.argv) > 2 else 10)
