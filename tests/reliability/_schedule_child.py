@@ -217,8 +217,8 @@ class Run:
                     if not op["ok"]:
                         raise Boom()
             except Exception as exc:
-                self.record(id=op["id"], s="err", e=type(exc).__name__, t0=t0,
-                            t1=time.monotonic())  # fmt: skip
+                self.record(id=op["id"], s="err", e=type(exc).__name__, m=str(exc)[:200],
+                            t0=t0, t1=time.monotonic())  # fmt: skip
                 raise
             self.record(id=op["id"], s="ok", t0=t0, t1=time.monotonic())
         else:
@@ -300,8 +300,8 @@ class Run:
                     if not op["ok"]:
                         raise Boom()
             except Exception as exc:
-                self.record(id=op["id"], s="err", e=type(exc).__name__, t0=t0,
-                            t1=time.monotonic())  # fmt: skip
+                self.record(id=op["id"], s="err", e=type(exc).__name__, m=str(exc)[:200],
+                            t0=t0, t1=time.monotonic())  # fmt: skip
                 raise
             self.record(id=op["id"], s="ok", t0=t0, t1=time.monotonic())
         else:  # set_sync, close, fork: on the loop's own thread, as a program may do

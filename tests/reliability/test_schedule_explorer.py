@@ -29,7 +29,8 @@ unless ZARRDB_EXPLORER_RANDOM=1; ZARRDB_EXPLORER_SHRINK seconds at most for shri
 (default 60). ZARRDB_EXPLORER_WITHOUT leaves features out of the programs, to look for one kind
 of defect at a time: a comma-separated list of thread, task, set_sync, fire, delete, bad,
 full_queue, lock, txn, nested, children, join, detach, close, fork, wait, gate, signal,
-same_key. ZARRDB_EXPLORER_IGNORE=hang:,... looks past failures whose message starts so.
+same_key. ZARRDB_EXPLORER_IGNORE=hang:,... looks past failures whose message starts so; the
+open defects in KNOWN are looked past unless ZARRDB_EXPLORER_KNOWN=1.
 """
 
 from __future__ import annotations
@@ -68,6 +69,11 @@ HERE = Path(__file__).resolve().parent
 WITHOUT = set(filter(None, os.environ.get("ZARRDB_EXPLORER_WITHOUT", "").split(",")))
 # Failures whose message starts so are looked past (e.g. "hang:" while looking for another).
 IGNORE = tuple(filter(None, os.environ.get("ZARRDB_EXPLORER_IGNORE", "").split(",")))
+# Open defects the explorer finds on the current code (docs/development.md, "Schedules"):
+# looked past unless ZARRDB_EXPLORER_KNOWN=1, so that a run tells of new ones.
+KNOWN = ("hang at exit:",)
+if not os.environ.get("ZARRDB_EXPLORER_KNOWN"):
+    IGNORE += KNOWN
 POINTS = [
     "burst.queue", "burst.backlog", "backlog.wait", "room.wait", "submit.queued",
     "submit.full", "flush", "writer.take", "writer.commit", "writer.committed", "settle",
