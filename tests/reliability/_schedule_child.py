@@ -102,6 +102,7 @@ class Run:
         self.sched = Scheduler(program["gates"], program.get("signal"), program.get("fork_at"))
         self.started: list[threading.Thread] = []
         self.over = threading.Event()  # the program has ended: no fork at a point any more
+        self.children: list[tuple[int, int, float]] = []  # forked: (pid, operation, when)
 
     def record(self, **event: object) -> None:
         with self.events_lock:
@@ -121,6 +122,7 @@ class Run:
                 self.store.close()
             elif kind == "fork":
                 self.fork(op, ns)
+                return  # its outcome is recorded as the program ends
             elif kind == "wait":
                 self.sched.wait_for(op["until"])
         except Exception as exc:
@@ -131,58 +133,63 @@ class Run:
 
     def fork(self, op: dict, ns: str, forked: threading.Event | None = None) -> None:
         """Fork a child that writes the operation's value through the inherited store and
-        closes it; wait for it. (`forked` is set as soon as the fork is made.)"""
+        closes it (`forked` is set as soon as the fork is made). Its outcome is recorded when
+        the program has ended (wait_children): a child may wait for the file's lock, which a
+        transaction of this process around the fork holds until its block ends."""
+        if self.over.is_set():
+            return  # the program has ended: a child now would outlive the wait for it
+        t0 = time.monotonic()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # forking with threads is the point
             pid = os.fork()
         if pid == 0:
             code = 1
             try:
-                self.store.set_sync(f"{ns}/{op['key']}", value(op["id"], "small"))
+                # A key of its own: children run side by side, in no order.
+                self.store.set_sync(f"{ns}/f{op['id']}", value(op["id"], "small"))
                 code = 0
                 self.store.close()  # a child leaves the file whole too, then ends at once
             finally:
                 os._exit(code)
         if forked is not None:
             forked.set()
+        with self.events_lock:
+            self.children.append((pid, op["id"], t0))
+
+    def wait_children(self) -> None:
+        """Wait for the forked children (FORK_WAIT at most from now) and record each one's
+        outcome; a child still running then hung: its stack is shown, and it is killed."""
         deadline = time.monotonic() + FORK_WAIT
-        while time.monotonic() < deadline:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                if os.waitstatus_to_exitcode(status) != 0:
-                    raise ForkedWriteFailed()
-                return
-            time.sleep(0.01)
-        print(f"the child forked by operation {op['id']} hung:", file=sys.stderr, flush=True)
-        os.kill(pid, signal.SIGABRT)  # faulthandler (inherited) shows its stack
-        deadline, done = time.monotonic() + 1, 0
-        while not done and time.monotonic() < deadline:
-            time.sleep(0.01)
-            done = os.waitpid(pid, os.WNOHANG)[0]
-        if not done:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        self.record(id=op["id"], s="hang", t0=0, t1=0)
-        raise ForkedChildHung()
+        for pid, op_id, t0 in self.children:
+            status = None
+            while status is None and time.monotonic() < deadline:
+                done, code = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    status = os.waitstatus_to_exitcode(code)
+                else:
+                    time.sleep(0.01)
+            if status is None:
+                print(f"the child forked by operation {op_id} hung:", file=sys.stderr, flush=True)
+                os.kill(pid, signal.SIGABRT)  # faulthandler (inherited) shows its stack
+                time.sleep(0.5)
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                self.record(id=op_id, s="hang", t0=t0, t1=time.monotonic())
+            elif status == 0:
+                self.record(id=op_id, s="ok", t0=t0, t1=time.monotonic(), th=0)
+            else:
+                self.record(id=op_id, s="err", e="ForkedWriteFailed", m=f"status {status}",
+                            t0=t0, t1=time.monotonic(), th=0)  # fmt: skip
 
     def forker(self) -> None:
         """The program's fork at a point: once a thread is held at the point, fork a child
         that writes through the inherited store (as op_sync's fork, from this thread)."""
         key, op_id = self.program["fork_at"][2:]
-        op = {"op": "fork", "key": key, "id": op_id}
         while not self.sched.fork_go.wait(0.05):
             if self.over.is_set():
                 return
-        if self.over.is_set():
-            return
-        t0 = time.monotonic()
-        try:
-            self.fork(op, "f", self.sched.forked)
-        except Exception as exc:
-            self.record(id=op_id, s="err", e=type(exc).__name__, t0=t0, t1=time.monotonic(),
-                        th=threading.get_ident())  # fmt: skip
-            return
-        self.record(id=op_id, s="ok", t0=t0, t1=time.monotonic(), th=threading.get_ident())
+        if not self.over.is_set():
+            self.fork({"op": "fork", "key": key, "id": op_id}, "f", self.sched.forked)
 
     # --- callers on threads ----------------------------------------------------------------
 
@@ -369,25 +376,19 @@ class Run:
                     thread.join(0.05)
             self.sched.signal_at = None  # the program is over: a SIGINT now would be the runner's
             self.end_forks()
-            while forker is not None and forker.is_alive():  # a fork made waits for its child
+            while forker is not None and forker.is_alive():
                 forker.join(0.05)
         except KeyboardInterrupt:
             self.sched.signal_at = None
             self.end_forks()
             self.record(interrupted=True)
+            self.wait_children()
             return 130  # the program ends here: exit handlers run while the threads go on
+        self.wait_children()
         if holder is not None and timer is not None:
             timer.join()  # it lets go of the lock
             holder.proc.wait(DEADLINE)
         return 0
-
-
-class ForkedWriteFailed(Exception):
-    pass
-
-
-class ForkedChildHung(Exception):
-    pass
 
 
 def child(request: dict) -> int:

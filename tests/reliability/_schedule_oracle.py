@@ -151,7 +151,7 @@ def check(program: dict, code: int, events: list[dict], stderr: str, path: Path)
         for op in ops:
             if op["op"] not in ("set", "set_sync", "fire", "delete", "fork"):
                 continue
-            key = f"{ns}/{op['key']}"
+            key = f"{ns}/f{op['id']}" if op["op"] == "fork" else f"{ns}/{op['key']}"
             now = effect(op, where[op["id"]][1])
             new = None if op["op"] == "delete" else op["id"]
             acceptable = keys.setdefault(key, {None})

@@ -24,7 +24,7 @@ The oracle:
 - a good value is never refused because of another caller's; a write is not failed with
   ClosedError by a close() that its own thread started after it.
 
-Budget: ZARRDB_EXPLORER_EXAMPLES programs (default 40; 500 in the slow run), derandomized
+Budget: programs per shape (BUDGET: 70 in all; 490 in the slow run), derandomized
 unless ZARRDB_EXPLORER_RANDOM=1; ZARRDB_EXPLORER_SHRINK seconds at most for shrinking a failure
 (default 60). ZARRDB_EXPLORER_WITHOUT leaves features out of the programs, to look for one kind
 of defect at a time: a comma-separated list of thread, task, set_sync, fire, delete, bad,
@@ -93,8 +93,9 @@ FORK_POINT = st.sampled_from([
     "connections.close", "writing.close", "close", "writer.close", "txn.begin", "txn.end",
     "writer.take", "writer.commit", "submit.queued", "submit.full", "burst.backlog", "settle",
 ])  # fmt: skip
-# The shapes a program may start from (ScheduleExplorer.shape_*), first the most telling.
-SHAPES = ["free", "siblings", "exit", "backlog", "fork"]
+# The shapes a program may start from (ScheduleExplorer.shape_*), each explored with its own
+# share of the budget (a shape drawn among others came up in runs, some hardly at all).
+SHAPES = ["siblings", "exit", "backlog_sync", "backlog_close", "fork", "free"]
 # Most steps may first wait for such a moment (the step's `after`).
 AFTER = st.one_of(st.none(), MILESTONE) if "wait" not in WITHOUT else st.none()
 KINDS = [k for k in ("thread", "task") if k not in WITHOUT]
@@ -175,6 +176,8 @@ def runner() -> Runner:
 class ScheduleExplorer(RuleBasedStateMachine):
     """Builds a program step by step (each rule adds to it); the teardown runs and checks it."""
 
+    shape = "free"  # the shape its programs start from (explore() makes a class per shape)
+
     def __init__(self) -> None:
         super().__init__()
         self.program: dict = {"actors": [], "gates": [], "signal": None}
@@ -190,9 +193,8 @@ class ScheduleExplorer(RuleBasedStateMachine):
         kinds=st.lists(st.sampled_from(KINDS), min_size=2, max_size=4),
         small_queue=st.sampled_from([True, True, False]),
         lock_ms=st.sampled_from([0, 300]),
-        shape=st.sampled_from(SHAPES),
     )
-    def callers(self, kinds: list[str], small_queue: bool, lock_ms: int, shape: str) -> None:
+    def callers(self, kinds: list[str], small_queue: bool, lock_ms: int) -> None:
         for kind in kinds:
             ops: list = []
             self.program["actors"].append({"kind": kind, "ops": ops})
@@ -201,7 +203,7 @@ class ScheduleExplorer(RuleBasedStateMachine):
             self.program["queue_bytes"] = 96 * 1024  # one large value fills it
         if lock_ms and "lock" not in WITHOUT:
             self.program["lock_ms"] = lock_ms
-        getattr(self, f"shape_{shape}")()
+        getattr(self, f"shape_{self.shape}")()
 
     # A program may start from a shape where the write path's parts meet (random steps follow):
     # rare for independent steps to build, and where defects of the kind found before were.
@@ -228,10 +230,10 @@ class ScheduleExplorer(RuleBasedStateMachine):
             self.add(0, {"op": "set", "key": i % 2, "size": "large", "bad": False})
         self.program["signal"] = ["writer.committed", 1]
 
-    def shape_backlog(self) -> None:
+    def shape_backlog_sync(self, last: str = "set_sync") -> None:
         """On the event loop: a large value fills the queue (another process holds the lock),
-        a small write's burst waits for room, then a synchronous write of the same key or a
-        close() on the loop's thread, which must come after it."""
+        a small write's burst waits for room, then a synchronous write of the same key on the
+        loop's thread, which must come after it."""
         if "full_queue" in WITHOUT or "lock" in WITHOUT:
             return
         self.program["queue_bytes"] = 96 * 1024
@@ -239,10 +241,15 @@ class ScheduleExplorer(RuleBasedStateMachine):
         self.program["actors"][0]["kind"] = "task"
         self.add(0, {"op": "fire", "key": 1, "size": "large", "bad": False})
         self.add(0, {"op": "fire", "key": 0, "size": "small", "bad": False})
-        if len(self.program["actors"]) > 2:  # (one or the other: both come up)
+        if last == "close":
             self.add(0, {"op": "close"})
         else:
             self.add(0, {"op": "set_sync", "key": 0, "size": "small", "bad": False})
+
+    def shape_backlog_close(self) -> None:
+        """As backlog_sync, with a close() on the loop's thread instead: it queues the burst
+        waiting for room first."""
+        self.shape_backlog_sync("close")
 
     def shape_fork(self) -> None:
         """A child forked while another thread of the parent closes the store, holding the
@@ -442,15 +449,19 @@ PROGRESS: dict = {"started": 0.0, "programs": 0, "first_failure": None, "failed"
 SHRINK_SECONDS = float(os.environ.get("ZARRDB_EXPLORER_SHRINK", 60))
 
 
-def explore(examples: int) -> None:
-    """Runs the explorer; prints how many programs ran and how long it took until the first
-    failing one (before shrinking)."""
+def explore(examples: int, shape: str) -> None:
+    """Runs the explorer on programs starting from `shape`; prints how many programs ran and
+    how long it took until the first failing one (before shrinking)."""
     PROGRESS.update(started=time.monotonic(), programs=0, first_failure=None, failed={})
+    machine = type(f"ScheduleExplorer_{shape}", (ScheduleExplorer,), {"shape": shape})
+    override = os.environ.get("ZARRDB_EXPLORER_EXAMPLES")  # programs in all, over the shapes
+    if override:
+        examples = round(int(override) * BUDGET[shape] / sum(BUDGET.values()))
     try:
         run_state_machine_as_test(
-            ScheduleExplorer,
+            machine,
             settings=settings(
-                max_examples=int(os.environ.get("ZARRDB_EXPLORER_EXAMPLES", examples)),
+                max_examples=max(1, examples),
                 stateful_step_count=12,
                 deadline=None,
                 # Reproducible unless a run asks for fresh programs.
@@ -467,18 +478,25 @@ def explore(examples: int) -> None:
             shutil.rmtree(RUNNER.dir, ignore_errors=True)
         first = PROGRESS["first_failure"]
         found = f"; first failure after {first[0]} programs, {first[1]:.1f} s" if first else ""
-        print(f"explorer: {PROGRESS['programs']} programs, "
+        print(f"explorer ({shape}): {PROGRESS['programs']} programs, "
               f"{time.monotonic() - PROGRESS['started']:.1f} s{found}", file=sys.stderr)
 
 
-def test_schedule_explorer_finds_no_defect() -> None:
-    explore(40)
+# The default budget: programs per shape (70 in all, about a minute here); the large one is 7
+# times as many (490). ZARRDB_EXPLORER_EXAMPLES=N: N in all, shared out in these proportions.
+BUDGET = {"siblings": 6, "exit": 6, "backlog_sync": 6, "backlog_close": 6, "fork": 6, "free": 40}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_schedule_explorer_finds_no_defect(shape: str) -> None:
+    explore(BUDGET[shape], shape)
 
 
 @pytest.mark.slow
 @pytest.mark.explore
-def test_schedule_explorer_large_budget() -> None:
-    explore(500)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_schedule_explorer_large_budget(shape: str) -> None:
+    explore(BUDGET[shape] * 7, shape)
 
 
 def replay(program: dict, times: int) -> int:
