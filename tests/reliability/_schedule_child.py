@@ -10,7 +10,8 @@ points armed: the k-th arrival at a gate's point waits until the other point has
 (or GATE_WAIT passes: a schedule that cannot happen is no failure), and a signal point sends
 SIGINT to the main thread. Every operation's outcome is appended to the events file as it ends
 (one JSON line), so an interrupted or hung child still reports what was acknowledged. A child
-that outlives DEADLINE dumps every thread's stack (faulthandler) and ends. The server answers
+that outlives its deadline (DEADLINE, longer on a loaded machine) dumps every thread's stack
+(faulthandler) and ends. The server answers
 one JSON line per program: the child's exit status.
 """
 
@@ -33,7 +34,18 @@ from zarr.core.buffer import cpu
 
 from zarrdb import SQLiteStore, _pause, _writing
 
-DEADLINE = 6.0  # seconds for a whole program, exit included: a hang fails in seconds
+# Seconds for a whole program, exit included: a hang fails in seconds. On a machine busier
+# than it has processors (load average per processor above 1), the program's threads get a
+# share of a processor only: the deadline grows with the load, up to four times (a hang still
+# fails, in at most 24 s); set per program by serve(), as the load changes.
+BASE_DEADLINE = 6.0
+DEADLINE = BASE_DEADLINE
+
+
+def deadline_for_load() -> float:
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return BASE_DEADLINE * min(4.0, max(1.0, load))
+
 GATE_WAIT = 0.25  # seconds a gate holds a thread at most
 FORK_WAIT = 4.0  # seconds a forked child has for its write (a lock held meanwhile included)
 FORK_HOLD = 1.0  # seconds a thread at the fork's point waits for the fork at most
@@ -159,7 +171,7 @@ class Run:
     def wait_children(self) -> None:
         """Wait for the forked children (FORK_WAIT at most from now) and record each one's
         outcome; a child still running then hung: its stack is shown, and it is killed."""
-        deadline = time.monotonic() + FORK_WAIT
+        deadline = time.monotonic() + FORK_WAIT * DEADLINE / BASE_DEADLINE
         for pid, op_id, t0 in self.children:
             status = None
             while status is None and time.monotonic() < deadline:
@@ -397,6 +409,8 @@ def child(request: dict) -> int:
     os.dup2(fd, 1)  # stdout is the server's answer line
     os.close(fd)
     faulthandler.enable()
+    global DEADLINE
+    DEADLINE = request["deadline"]
     faulthandler.dump_traceback_later(DEADLINE, exit=True)
     with open(request["events"], "a") as f:
         f.write(json.dumps({"started": os.getpid()}) + "\n")
@@ -409,12 +423,13 @@ def child(request: dict) -> int:
 def serve() -> None:
     for line in sys.stdin:
         request = json.loads(line)
+        request["deadline"] = deadline_for_load()
         pid = os.fork()
         if pid == 0:
             # Ends as a program does: SystemExit unwinds to the interpreter, which runs the
             # exit handlers (the stores' exit hook among them) and finalizes.
             raise SystemExit(child(request))
-        deadline = time.monotonic() + DEADLINE + 3
+        deadline = time.monotonic() + request["deadline"] + 3
         while True:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:

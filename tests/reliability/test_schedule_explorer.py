@@ -215,10 +215,16 @@ class ScheduleExplorer(RuleBasedStateMachine):
         """Two callers started in one block, each in a nested level of its own, one of them
         failing: the levels meet on the one stack of savepoints."""
         txn = self.add(0, {"op": "txn", "ok": True, "join": True, "body": [], "children": []})
+        bodies = []
         for key, ok in ((0, True), (1, False)):
             write = self.numbered({"op": "set", "key": key, "size": "small", "bad": False})
-            inner = {"op": "txn", "ok": ok, "join": True, "body": [write], "children": []}
-            txn["children"].append([self.numbered(inner)])
+            inner = self.numbered({"op": "txn", "ok": ok, "join": True, "body": [write],
+                                   "children": []})  # fmt: skip
+            txn["children"].append([inner])
+            # Where the level's code starts (the child's name, as _schedule_child makes it)
+            bodies.append(f"a0t{txn['id']}c{len(bodies)}t{inner['id']}.0")
+        # The first writes only once the second has entered its level: both are open at once.
+        self.program["gates"].append([bodies[0], 1, bodies[1]])
 
     def shape_exit(self) -> None:
         """Ctrl-C while a task writes large values one after the other: the program ends, the
