@@ -18,6 +18,7 @@ one JSON line per program: the child's exit status.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextvars
 import faulthandler
 import json
@@ -29,10 +30,23 @@ import threading
 import time
 import warnings
 
-import numpy as np
-from zarr.core.buffer import cpu
 
-from zarrdb import SQLiteStore, _pause, _writing
+_programs: list[Run] = []  # the program this process runs (in a child of the server)
+
+
+def _stores_closed_at_exit() -> None:
+    """Registered before zarrdb is imported, so that it runs after zarrdb's exit hook (atexit
+    runs the last registered first): when every store was closed for good."""
+    for run in _programs:
+        run.record(exit_closed=time.monotonic())
+
+
+atexit.register(_stores_closed_at_exit)
+
+import numpy as np  # noqa: E402 - after the exit handler above
+from zarr.core.buffer import cpu  # noqa: E402
+
+from zarrdb import SQLiteStore, _pause, _writing  # noqa: E402
 
 # Seconds for a whole program, exit included: a hang fails in seconds. On a machine busier
 # than it has processors (load average per processor above 1), the program's threads get a
@@ -417,7 +431,9 @@ def child(request: dict) -> int:
     program = request["program"]
     if program.get("queue_bytes"):
         _writing.QUEUE_MAX_BYTES = program["queue_bytes"]
-    return Run(program, request["path"], request["events"]).main()
+    run = Run(program, request["path"], request["events"])
+    _programs.append(run)
+    return run.main()
 
 
 def serve() -> None:

@@ -21,6 +21,8 @@ def stored(path: Path) -> dict[str, int]:
 
 # How a failure of the open defect at exit begins (test_schedule_explorer.KNOWN).
 AFTER_WORKERS = "at exit, with asyncio's worker threads stopped:"
+# And of the open defect of a -journal left after SIGINT.
+JOURNAL_AFTER_SIGINT = "after SIGINT and exit, a -journal beside the file:"
 
 Chain = tuple[tuple[int, bool], ...]
 
@@ -69,6 +71,8 @@ def check(program: dict, code: int, events: list[dict], stderr: str, path: Path)
     assert not hung, f"hang: the child forked by operation {hung[0]} did not finish its write"
     left = sidecars(path)
     mode = header_journal_mode(path)
+    if interrupted and left == ["-journal"] and mode == "delete":
+        raise AssertionError(f"{JOURNAL_AFTER_SIGINT} sidecars {left}")  # an open defect
     assert not left and mode == "delete", f"after exit: sidecars {left}, journal mode {mode}"
 
     callers: dict[str, list[dict]] = {}
@@ -80,6 +84,18 @@ def check(program: dict, code: int, events: list[dict], stderr: str, path: Path)
         walk([{"op": "fork", "key": key, "id": op_id}], "f", (), callers, where)
     txns = [op for _, _, op in where.values() if op["op"] == "txn"]
     closes = [recs.get(op["id"]) for _, _, op in where.values() if op["op"] == "close"]
+    # At exit every store is closed for good: a write started after that must not be written
+    # (the store opened again beside the one closed, whose last connection nobody closes).
+    closed_at = next((e["exit_closed"] for e in events if "exit_closed" in e), None)
+    for i, rec in recs.items():
+        op = where[i][2]
+        if closed_at is not None and rec["s"] == "ok" and rec["t0"] > closed_at and op["op"] in (
+            "set", "set_sync", "fire", "delete"
+        ):
+            raise AssertionError(
+                f"operation {i} ({op['op']}) started after the exit handler had closed the "
+                "stores, and was written: the store opened again"
+            )
 
     def failed_txn_overlaps(rec: dict) -> bool:
         for txn in txns:
