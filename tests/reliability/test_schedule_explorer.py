@@ -9,8 +9,11 @@ nested transactions ending in a commit or an error (with callers started inside 
 before the block ends or not), close(), a fork whose child writes, another process holding the
 write lock for a while, a small queue (a full queue), a caller waiting until some point is
 reached; and the schedule: gates (the k-th thread to reach point P waits until point Q is
-reached) and SIGINT sent to the main thread at a point, after which the program ends while its
-threads go on (the exit hook closes the store).
+reached), SIGINT sent to the main thread at a point, after which the program ends while its
+threads go on (the exit hook closes the store), and a fork at a point (the k-th thread to reach
+it is held there while another thread forks a child that writes through the inherited store).
+Each program starts from a shape (ScheduleExplorer.shape_*), explored with its own share of
+the budget.
 
 The oracle:
 - every operation ends within the child's deadline (a hang fails in seconds, with every
