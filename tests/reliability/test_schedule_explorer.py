@@ -98,7 +98,7 @@ FORK_POINT = st.sampled_from([
 ])  # fmt: skip
 # The shapes a program may start from (ScheduleExplorer.shape_*), each explored with its own
 # share of the budget (a shape drawn among others came up in runs, some hardly at all).
-SHAPES = ["siblings", "outer_first", "exit", "backlog_sync", "backlog_close", "fork", "free"]
+SHAPES = ["siblings", "outer_first", "deferred", "exit", "backlog_sync", "backlog_close", "fork", "free"]
 # Most steps may first wait for such a moment (the step's `after`).
 AFTER = st.one_of(st.none(), MILESTONE) if "wait" not in WITHOUT else st.none()
 KINDS = [k for k in ("thread", "task") if k not in WITHOUT]
@@ -241,6 +241,22 @@ class ScheduleExplorer(RuleBasedStateMachine):
         self.add(0, {**write, "key": 1})
         # The nested level writes only once the outer block is ending.
         self.program["gates"].append([f"a0t{txn['id']}c0t{inner['id']}.0", 1, "txn.end"])
+
+    def shape_deferred(self) -> None:
+        """A transaction waits for the lock another process holds while another thread queues
+        a large value (deferred until the transaction's end); then the block's own large
+        value must find room."""
+        if "full_queue" in WITHOUT or "lock" in WITHOUT:
+            return
+        self.program["queue_bytes"] = 96 * 1024
+        self.program["lock_ms"] = 300
+        for actor in self.program["actors"][:2]:
+            actor["kind"] = "thread"
+        large = {"op": "set", "size": "large", "bad": False}
+        self.add(0, {"op": "txn", "ok": True, "join": True, "children": [],
+                     "body": [self.numbered({**large, "key": 0})]})  # fmt: skip
+        self.add(1, {"op": "wait", "until": "txn.begin"})
+        self.add(1, {**large, "key": 1})
 
     def shape_exit(self) -> None:
         """Ctrl-C while a task writes large values one after the other: the program ends, the
@@ -506,7 +522,7 @@ def explore(examples: int, shape: str) -> None:
 
 # The default budget: programs per shape (76 in all, about a minute here); the large one is 7
 # times as many (532). ZARRDB_EXPLORER_EXAMPLES=N: N in all, shared out in these proportions.
-BUDGET = {"siblings": 6, "outer_first": 6, "exit": 6, "backlog_sync": 6, "backlog_close": 6, "fork": 6, "free": 40}
+BUDGET = {"siblings": 6, "outer_first": 6, "deferred": 6, "exit": 6, "backlog_sync": 6, "backlog_close": 6, "fork": 6, "free": 40}
 
 
 @pytest.mark.parametrize("shape", SHAPES)
