@@ -239,8 +239,11 @@ class ScheduleExplorer(RuleBasedStateMachine):
                                "body": [self.numbered({**write, "key": 1})]})  # fmt: skip
         txn["children"].append([inner])
         self.add(0, {**write, "key": 1})
-        # The nested level writes only once the outer block is ending.
-        self.program["gates"].append([f"a0t{txn['id']}c0t{inner['id']}.0", 1, "txn.end"])
+        # The outer block ends once the nested level is open; that level writes only once the
+        # outer block is ending.
+        body = f"a0t{txn['id']}c0t{inner['id']}.0"
+        txn["body"].append(self.numbered({"op": "wait", "until": body}))
+        self.program["gates"].append([body, 1, "txn.end"])
 
     def shape_deferred(self) -> None:
         """A transaction waits for the lock another process holds while another thread queues
