@@ -525,7 +525,7 @@ def explore(examples: int, shape: str) -> None:
 
 # The default budget: programs per shape (82 in all, about a minute here); the large one is 7
 # times as many (574). ZARRDB_EXPLORER_EXAMPLES=N: N in all, shared out in these proportions.
-BUDGET = {"siblings": 6, "outer_first": 6, "deferred": 6, "exit": 6, "backlog_sync": 6, "backlog_close": 6, "fork": 6, "free": 40}
+BUDGET = {shape: 6 for shape in SHAPES} | {"free": 40}
 
 
 @pytest.mark.parametrize("shape", SHAPES)
