@@ -10,13 +10,15 @@ points armed: the k-th arrival at a gate's point waits until the other point has
 (or GATE_WAIT passes: a schedule that cannot happen is no failure), and a signal point sends
 SIGINT to the main thread. Every operation's outcome is appended to the events file as it ends
 (one JSON line), so an interrupted or hung child still reports what was acknowledged. A child
-that outlives DEADLINE dumps every thread's stack (faulthandler) and ends. The server answers
+that outlives its deadline (DEADLINE, longer on a loaded machine) dumps every thread's stack
+(faulthandler) and ends. The server answers
 one JSON line per program: the child's exit status.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextvars
 import faulthandler
 import json
@@ -28,14 +30,39 @@ import threading
 import time
 import warnings
 
-import numpy as np
-from zarr.core.buffer import cpu
 
-from zarrdb import SQLiteStore, _pause, _tunables
+_programs: list[Run] = []  # the program this process runs (in a child of the server)
 
-DEADLINE = 6.0  # seconds for a whole program, exit included: a hang fails in seconds
+
+def _stores_closed_at_exit() -> None:
+    """Registered before zarrdb is imported, so that it runs after zarrdb's exit hook (atexit
+    runs the last registered first): when every store was closed for good."""
+    for run in _programs:
+        run.record(exit_closed=time.monotonic())
+
+
+atexit.register(_stores_closed_at_exit)
+
+import numpy as np  # noqa: E402 - after the exit handler above
+from zarr.core.buffer import cpu  # noqa: E402
+
+from zarrdb import SQLiteStore, _pause, _tunables  # noqa: E402
+
+# Seconds for a whole program, exit included: a hang fails in seconds. On a machine busier
+# than it has processors (load average per processor above 1), the program's threads get a
+# share of a processor only: the deadline grows with the load, up to four times (a hang still
+# fails, in at most 24 s); set per program by serve(), as the load changes.
+BASE_DEADLINE = 6.0
+DEADLINE = BASE_DEADLINE
+
+
+def deadline_for_load() -> float:
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return BASE_DEADLINE * min(4.0, max(1.0, load))
+
 GATE_WAIT = 0.25  # seconds a gate holds a thread at most
 FORK_WAIT = 4.0  # seconds a forked child has for its write (a lock held meanwhile included)
+FORK_HOLD = 1.0  # seconds a thread at the fork's point waits for the fork at most
 SIZES = {"small": 100, "large": 96 * 1024}
 
 
@@ -55,12 +82,16 @@ def value(op_id: int, size: str, bad: bool = False) -> cpu.Buffer:
 class Scheduler:
     """What the armed pause points do."""
 
-    def __init__(self, gates: list[list], signal_at: list | None) -> None:
+    def __init__(self, gates: list[list], signal_at: list | None, fork_at: list | None) -> None:
         self.pid = os.getpid()
         self.cond = threading.Condition()
         self.counts: dict[str, int] = {}
         self.gates = {(at, k): until for at, k, until in gates}
         self.signal_at = tuple(signal_at) if signal_at else None
+        # The k-th arrival at this point is held while another thread forks (Run.forker).
+        self.fork_at = tuple(fork_at[:2]) if fork_at else None
+        self.fork_go = threading.Event()
+        self.forked = threading.Event()
         self.main = threading.main_thread().ident
 
     def __call__(self, name: str) -> None:
@@ -72,6 +103,10 @@ class Scheduler:
             until = self.gates.get((name, n))
         if self.signal_at == (name, n):
             signal.pthread_kill(self.main, signal.SIGINT)
+        if self.fork_at == (name, n):
+            # Held here (with whatever this thread holds at the point) until the fork is made.
+            self.fork_go.set()
+            self.forked.wait(FORK_HOLD)
         if until is not None:
             self.wait_for(until)
 
@@ -90,8 +125,10 @@ class Run:
         self.events_lock = threading.Lock()
         # No syncs: what is explored is the order of things, not what a disk keeps.
         self.store = SQLiteStore(path, busy_timeout=DEADLINE, durability="off")
-        self.sched = Scheduler(program["gates"], program.get("signal"))
+        self.sched = Scheduler(program["gates"], program.get("signal"), program.get("fork_at"))
         self.started: list[threading.Thread] = []
+        self.over = threading.Event()  # the program has ended: no fork at a point any more
+        self.children: list[tuple[int, int, float]] = []  # forked: (pid, operation, when)
 
     def record(self, **event: object) -> None:
         with self.events_lock:
@@ -111,6 +148,7 @@ class Run:
                 self.store.close()
             elif kind == "fork":
                 self.fork(op, ns)
+                return  # its outcome is recorded as the program ends
             elif kind == "wait":
                 self.sched.wait_for(op["until"])
         except Exception as exc:
@@ -119,30 +157,65 @@ class Run:
             raise
         self.record(id=op["id"], s="ok", t0=t0, t1=time.monotonic(), th=threading.get_ident())
 
-    def fork(self, op: dict, ns: str) -> None:
+    def fork(self, op: dict, ns: str, forked: threading.Event | None = None) -> None:
+        """Fork a child that writes the operation's value through the inherited store and
+        closes it (`forked` is set as soon as the fork is made). Its outcome is recorded when
+        the program has ended (wait_children): a child may wait for the file's lock, which a
+        transaction of this process around the fork holds until its block ends."""
+        if self.over.is_set():
+            return  # the program has ended: a child now would outlive the wait for it
+        t0 = time.monotonic()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # forking with threads is the point
             pid = os.fork()
         if pid == 0:
             code = 1
             try:
-                self.store.set_sync(f"{ns}/{op['key']}", value(op["id"], "small"))
+                # A key of its own: children run side by side, in no order.
+                self.store.set_sync(f"{ns}/f{op['id']}", value(op["id"], "small"))
                 code = 0
                 self.store.close()  # a child leaves the file whole too, then ends at once
             finally:
                 os._exit(code)
-        deadline = time.monotonic() + FORK_WAIT
-        while time.monotonic() < deadline:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                if os.waitstatus_to_exitcode(status) != 0:
-                    raise ForkedWriteFailed()
+        if forked is not None:
+            forked.set()
+        with self.events_lock:
+            self.children.append((pid, op["id"], t0))
+
+    def wait_children(self) -> None:
+        """Wait for the forked children (FORK_WAIT at most from now) and record each one's
+        outcome; a child still running then hung: its stack is shown, and it is killed."""
+        deadline = time.monotonic() + FORK_WAIT * DEADLINE / BASE_DEADLINE
+        for pid, op_id, t0 in self.children:
+            status = None
+            while status is None and time.monotonic() < deadline:
+                done, code = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    status = os.waitstatus_to_exitcode(code)
+                else:
+                    time.sleep(0.01)
+            if status is None:
+                print(f"the child forked by operation {op_id} hung:", file=sys.stderr, flush=True)
+                os.kill(pid, signal.SIGABRT)  # faulthandler (inherited) shows its stack
+                time.sleep(0.5)
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                self.record(id=op_id, s="hang", t0=t0, t1=time.monotonic())
+            elif status == 0:
+                self.record(id=op_id, s="ok", t0=t0, t1=time.monotonic(), th=0)
+            else:
+                self.record(id=op_id, s="err", e="ForkedWriteFailed", m=f"status {status}",
+                            t0=t0, t1=time.monotonic(), th=0)  # fmt: skip
+
+    def forker(self) -> None:
+        """The program's fork at a point: once a thread is held at the point, fork a child
+        that writes through the inherited store (as op_sync's fork, from this thread)."""
+        key, op_id = self.program["fork_at"][2:]
+        while not self.sched.fork_go.wait(0.05):
+            if self.over.is_set():
                 return
-            time.sleep(0.01)
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        self.record(id=op["id"], s="hang", t0=0, t1=0)
-        raise ForkedChildHung()
+        if not self.over.is_set():
+            self.fork({"op": "fork", "key": key, "id": op_id}, "f", self.sched.forked)
 
     # --- callers on threads ----------------------------------------------------------------
 
@@ -177,8 +250,8 @@ class Run:
                     if not op["ok"]:
                         raise Boom()
             except Exception as exc:
-                self.record(id=op["id"], s="err", e=type(exc).__name__, t0=t0,
-                            t1=time.monotonic())  # fmt: skip
+                self.record(id=op["id"], s="err", e=type(exc).__name__, m=str(exc)[:200],
+                            t0=t0, t1=time.monotonic())  # fmt: skip
                 raise
             self.record(id=op["id"], s="ok", t0=t0, t1=time.monotonic())
         else:
@@ -260,8 +333,8 @@ class Run:
                     if not op["ok"]:
                         raise Boom()
             except Exception as exc:
-                self.record(id=op["id"], s="err", e=type(exc).__name__, t0=t0,
-                            t1=time.monotonic())  # fmt: skip
+                self.record(id=op["id"], s="err", e=type(exc).__name__, m=str(exc)[:200],
+                            t0=t0, t1=time.monotonic())  # fmt: skip
                 raise
             self.record(id=op["id"], s="ok", t0=t0, t1=time.monotonic())
         else:  # set_sync, close, fork: on the loop's own thread, as a program may do
@@ -294,6 +367,13 @@ class Run:
                 )
         return threads
 
+    def end_forks(self) -> None:
+        """No fork at a point once the program has ended (the exit hook's close, say): forking
+        while the interpreter finalizes is not what a program does."""
+        self.sched.fork_at = None
+        self.over.set()
+        self.sched.forked.set()
+
     def main(self) -> int:
         self.store.ensure_open()
         holder = timer = None
@@ -308,31 +388,33 @@ class Run:
             timer = threading.Timer(self.program["lock_ms"] / 1000, holder.let_go)
             timer.daemon = True
             timer.start()
+        forker = None
         _pause.arm(self.sched)
         try:  # SIGINT may come at any point from here on
+            if self.program.get("fork_at"):
+                forker = threading.Thread(target=self.forker, daemon=True)
+                forker.start()
             for thread in self.threads_of_program():
                 thread.start()
                 self.started.append(thread)
             for thread in self.started:  # (the list grows by the callers started late)
                 while thread.is_alive():
                     thread.join(0.05)
+            self.sched.signal_at = None  # the program is over: a SIGINT now would be the runner's
+            self.end_forks()
+            while forker is not None and forker.is_alive():
+                forker.join(0.05)
         except KeyboardInterrupt:
             self.sched.signal_at = None
+            self.end_forks()
             self.record(interrupted=True)
+            self.wait_children()
             return 130  # the program ends here: exit handlers run while the threads go on
-        self.sched.signal_at = None  # the program is over: a SIGINT now would be the runner's
+        self.wait_children()
         if holder is not None and timer is not None:
             timer.join()  # it lets go of the lock
             holder.proc.wait(DEADLINE)
         return 0
-
-
-class ForkedWriteFailed(Exception):
-    pass
-
-
-class ForkedChildHung(Exception):
-    pass
 
 
 def child(request: dict) -> int:
@@ -341,24 +423,29 @@ def child(request: dict) -> int:
     os.dup2(fd, 1)  # stdout is the server's answer line
     os.close(fd)
     faulthandler.enable()
+    global DEADLINE
+    DEADLINE = request["deadline"]
     faulthandler.dump_traceback_later(DEADLINE, exit=True)
     with open(request["events"], "a") as f:
         f.write(json.dumps({"started": os.getpid()}) + "\n")
     program = request["program"]
     if program.get("queue_bytes"):
         _tunables.QUEUE_MAX_BYTES = program["queue_bytes"]
-    return Run(program, request["path"], request["events"]).main()
+    run = Run(program, request["path"], request["events"])
+    _programs.append(run)
+    return run.main()
 
 
 def serve() -> None:
     for line in sys.stdin:
         request = json.loads(line)
+        request["deadline"] = deadline_for_load()
         pid = os.fork()
         if pid == 0:
             # Ends as a program does: SystemExit unwinds to the interpreter, which runs the
             # exit handlers (the stores' exit hook among them) and finalizes.
             raise SystemExit(child(request))
-        deadline = time.monotonic() + DEADLINE + 3
+        deadline = time.monotonic() + request["deadline"] + 3
         while True:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:

@@ -19,6 +19,13 @@ def stored(path: Path) -> dict[str, int]:
         con.close()
 
 
+# How a failure of the open defect at exit begins (test_schedule_explorer.KNOWN).
+AFTER_WORKERS = "at exit, with asyncio's worker threads stopped:"
+# Of the open defect of a write of a caller its block does not wait for, lost or kept wrongly.
+LOST_UNJOINED = "a write of a caller its block does not wait for, around the block's end:"
+# And of the open defect of a -journal left after SIGINT.
+JOURNAL_AFTER_SIGINT = "after SIGINT and exit, a -journal beside the file:"
+
 Chain = tuple[tuple[int, bool], ...]
 
 
@@ -46,24 +53,51 @@ def walk(ops: list[dict], ns: str, chain: Chain, callers: dict, where: dict) -> 
 def check(program: dict, code: int, events: list[dict], stderr: str, path: Path) -> None:
     tail = "\n".join(stderr.splitlines()[-60:])
     if "Timeout (" in stderr or code == -9:
+        if "in _python_exit" in stderr and any(
+            e.get("e") == "RuntimeError" and "shutdown" in e.get("m", "") for e in events
+        ):
+            # An open defect (docs/development.md, "Schedules"), told apart so that a run can
+            # look past it: the main thread ended while an event loop's thread went on, the
+            # interpreter's exit stopped asyncio's worker threads, so an `async with` block
+            # could not end its level (to_thread raised RuntimeError), and the exit waits for
+            # a worker thread that waits for that level.
+            raise AssertionError(f"{AFTER_WORKERS} an async transaction left open, a hang\n{tail}")
         raise AssertionError(f"hang: an operation did not finish in time\n{tail}")
     if code not in (0, 130):
         last = events[-3:]
         raise AssertionError(f"the program ended with status {code}; last events {last}\n{tail}")
     interrupted = any(e.get("interrupted") for e in events)
     recs = {e["id"]: e for e in events if "id" in e}
-    hung = [i for i, e in recs.items() if e["s"] == "hang"]
+    # (Looked for in every event: the fork's own error, recorded after, takes its place in recs.)
+    hung = [e["id"] for e in events if e.get("s") == "hang"]
     assert not hung, f"hang: the child forked by operation {hung[0]} did not finish its write"
     left = sidecars(path)
     mode = header_journal_mode(path)
+    if interrupted and left == ["-journal"] and mode == "delete":
+        raise AssertionError(f"{JOURNAL_AFTER_SIGINT} sidecars {left}")  # an open defect
     assert not left and mode == "delete", f"after exit: sidecars {left}, journal mode {mode}"
 
     callers: dict[str, list[dict]] = {}
     where: dict[int, tuple] = {}
     for i, actor in enumerate(program["actors"]):
         walk(actor["ops"], f"a{i}", (), callers, where)
+    if program.get("fork_at"):  # the child forked at a point, as a caller of its own
+        _, _, key, op_id = program["fork_at"]
+        walk([{"op": "fork", "key": key, "id": op_id}], "f", (), callers, where)
     txns = [op for _, _, op in where.values() if op["op"] == "txn"]
     closes = [recs.get(op["id"]) for _, _, op in where.values() if op["op"] == "close"]
+    # At exit every store is closed for good: a write started after that must not be written
+    # (the store opened again beside the one closed, whose last connection nobody closes).
+    closed_at = next((e["exit_closed"] for e in events if "exit_closed" in e), None)
+    for i, rec in recs.items():
+        op = where[i][2]
+        if closed_at is not None and rec["s"] == "ok" and rec["t0"] > closed_at and op["op"] in (
+            "set", "set_sync", "fire", "delete"
+        ):
+            raise AssertionError(
+                f"operation {i} ({op['op']}) started after the exit handler had closed the "
+                "stores, and was written: the store opened again"
+            )
 
     def failed_txn_overlaps(rec: dict) -> bool:
         for txn in txns:
@@ -105,6 +139,10 @@ def check(program: dict, code: int, events: list[dict], stderr: str, path: Path)
         ns, chain, op = where[i]
         if rec["s"] != "err" or op["op"] not in ("set", "set_sync", "fire") or op["bad"]:
             continue
+        if rec["e"] == "RuntimeError" and "shutdown" in rec.get("m", ""):
+            # The same open defect: a write waiting for room in asyncio's worker thread after
+            # the interpreter's exit stopped them (before the stores were closed for good).
+            raise AssertionError(f"{AFTER_WORKERS} operation {i} failed with {rec.get('m')}")
         if rec["e"] != "ClosedError":
             # Inside a level, a write may meet the rule of nesting (docs/guide/transactions.md):
             # NestingError where a level around it ended first or another level is open inside
@@ -115,7 +153,9 @@ def check(program: dict, code: int, events: list[dict], stderr: str, path: Path)
             )
             continue
         before = [c for c in closes if c is None or c["t0"] <= rec["t1"]]
-        if before and not interrupted and all(
+        # (A write made while another caller's transaction was open joined it: a close()
+        # that rolled that transaction back fails the write with it.)
+        if before and not interrupted and not failed_txn_overlaps(rec) and all(
             c is not None and c["th"] == rec["th"] and c["t0"] > rec["t0"] for c in before
         ):
             raise AssertionError(
@@ -123,13 +163,17 @@ def check(program: dict, code: int, events: list[dict], stderr: str, path: Path)
                 "its own thread started after it"
             )
 
+    def outlives(op_id: int | None) -> bool:
+        """The operation is of a caller that a block around it does not wait for."""
+        return op_id in where and any(o for _, o in where[op_id][1])
+
     found = stored(path)
     for ns, ops in callers.items():
         keys: dict[str, set[int | None]] = {}
         for op in ops:
             if op["op"] not in ("set", "set_sync", "fire", "delete", "fork"):
                 continue
-            key = f"{ns}/{op['key']}"
+            key = f"{ns}/f{op['id']}" if op["op"] == "fork" else f"{ns}/{op['key']}"
             now = effect(op, where[op["id"]][1])
             new = None if op["op"] == "delete" else op["id"]
             acceptable = keys.setdefault(key, {None})
@@ -139,6 +183,15 @@ def check(program: dict, code: int, events: list[dict], stderr: str, path: Path)
                 acceptable.add(new)
         for key, acceptable in keys.items():
             got = found.get(key)
+            if got not in acceptable and any(outlives(i) for i in (got, *acceptable)):
+                # An open defect, told apart: around the end of a block that does not wait for
+                # a caller it started, that caller's write (acknowledged while the block was
+                # open) is missing though the block committed, or its write in a level that
+                # was rolled back is there.
+                raise AssertionError(
+                    f"{LOST_UNJOINED} {key} holds the value of operation {got}, not one of "
+                    f"{sorted(acceptable, key=str)}"
+                )
             assert got in acceptable, (
                 f"{key} holds the value of operation {got}; its caller's operations allow only "
                 f"{sorted(acceptable, key=str)} (None: absent)"
