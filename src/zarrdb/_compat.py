@@ -45,6 +45,17 @@ def running_loop() -> asyncio.AbstractEventLoop | None:
     return asyncio._get_running_loop()
 
 
+async def decode_bytes(codec: Any, data: Any, spec: Any) -> Any:
+    """One chunk through a zarr bytes-to-bytes codec (a compressor) backwards: its one-chunk
+    method, without the batching of its public `decode`."""
+    return await codec._decode_single(data, spec)
+
+
+def decode_bytes_sync(codec: Any, data: Any, spec: Any) -> Any:
+    """The same, synchronously (zarr's codecs that can decode without the event loop)."""
+    return codec._decode_sync(data, spec)
+
+
 async def fsspec_find(fs: Any, path: str) -> dict[str, dict[str, Any]]:
     """An asynchronous fsspec file system's recursive listing with details, awaited on the
     running loop (fsspec's async methods are its underscored names)."""

@@ -26,7 +26,7 @@ from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import WrapperStore
 
-from zarrdb import errors
+from zarrdb import _compat, errors
 
 _VLEN = ("vlen-utf8", "vlen-bytes")
 _NOT_STRINGS = "not strings"  # a node that is no array of strings: keys below are not checked
@@ -48,7 +48,7 @@ class _Strings:
         if self.v2:
             return self.raw_sync(data)
         for codec in reversed(self.after):
-            data = await codec._decode_single(data, self._spec(data))
+            data = await _compat.decode_bytes(codec, data, self._spec(data))
         return data.to_bytes()
 
     def raw_sync(self, data: Buffer) -> bytes:
@@ -58,7 +58,7 @@ class _Strings:
                 raw = codec.decode(raw)
             return bytes(memoryview(raw).cast("B"))
         for codec in reversed(self.after):
-            data = codec._decode_sync(data, self._spec(data))
+            data = _compat.decode_bytes_sync(codec, data, self._spec(data))
         return data.to_bytes()
 
     @staticmethod

@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from types import SimpleNamespace
 
 import numpy as np
 import zarr
+from numcodecs import Zstd
 from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
 from fsspec.implementations.local import LocalFileSystem
 from zarr.abc.store import Store
+from zarr.codecs import ZstdCodec
 from zarr.core.array import AsyncArray
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.buffer.cpu import Buffer
 from zarr.storage import LocalStore, StorePath
 
 from zarrdb import SQLiteStore, _compat
@@ -67,3 +72,13 @@ def test_fsspec_find_lists_an_async_file_system_with_sizes(tmp_path):
     fs = AsyncFileSystemWrapper(LocalFileSystem(), asynchronous=True)
     found = asyncio.run(_compat.fsspec_find(fs, str(tmp_path / "d")))
     assert [(name.rsplit("/", 1)[-1], info["size"]) for name, info in found.items()] == [("x", 5)]
+
+
+def test_a_compressor_decodes_one_chunk_both_ways():
+
+    codec = ZstdCodec()
+    data = b"zarrdb" * 100
+    packed = Buffer.from_bytes(Zstd().encode(data))  # a zstd frame, as zarr's codec writes
+    spec = SimpleNamespace(prototype=default_buffer_prototype())
+    assert _compat.decode_bytes_sync(codec, packed, spec).to_bytes() == data
+    assert asyncio.run(_compat.decode_bytes(codec, packed, spec)).to_bytes() == data
