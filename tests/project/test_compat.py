@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import zarr
-from numcodecs import Zstd
 from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
 from fsspec.implementations.local import LocalFileSystem
+from numcodecs import Zstd
 from zarr.abc.store import Store
 from zarr.codecs import ZstdCodec
 from zarr.core.array import AsyncArray
