@@ -1,0 +1,98 @@
+"""The program ends while a coroutine on an event loop's (daemon) thread waits for a transaction.
+
+An `async with store.transaction()` waited for the level it opens, and for its end, in asyncio's
+default executor. At the end of the program `threading._shutdown` joins that executor's worker
+threads before atexit handlers run: a worker waiting for a level that another block on the same
+loop holds open waited for good, since that block could no longer end it (`asyncio.to_thread`
+raised "cannot schedule new futures after interpreter shutdown") and the exit hook, which
+closes the store, never ran. Such waits now run in daemon threads of their own, not joined at
+exit: the exit hook closes the store, the open block's writes are rolled back, the waiting
+level is refused, and one file in DELETE mode is left.
+
+Deterministic, with the pause points (test builds only): the program ends once the second
+block has asked to open its level, while the first block never ends by itself.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zarrdb import _core
+
+from .helpers import child_env, header_journal_mode, sidecars
+
+pytestmark = pytest.mark.skipif(
+    not _core._PAUSE_POINTS, reason="the pause points are in test builds only (ZARRDB_TEST_VFS=1)"
+)
+
+_CHILD = r"""
+import asyncio, faulthandler, sys, threading
+from zarr.core.buffer import cpu
+from zarrdb import SQLiteStore, _pause
+
+faulthandler.dump_traceback_later(15, exit=True)  # a hang at exit fails with the stacks
+store = SQLiteStore(sys.argv[1])
+store.set_sync("a", cpu.Buffer.from_bytes(b"before"))
+first_open = threading.Event()
+second_asked = threading.Event()  # the second block's wait for its level has been handed on
+
+
+def hook(name):
+    if name == "txn.enter" and first_open.is_set():
+        # A few turns of the loop on: whatever the block hands its wait to has it by then.
+        loop = asyncio.get_running_loop()
+        loop.call_soon(loop.call_soon, loop.call_soon, second_asked.set)
+
+
+_pause.arm(hook)
+
+
+async def first():
+    async with store.transaction():
+        await store.set("b", cpu.Buffer.from_bytes(b"in the block"))
+        first_open.set()
+        await asyncio.Event().wait()  # the program ends meanwhile
+
+
+async def second():
+    while not first_open.is_set():
+        await asyncio.sleep(0.001)
+    async with store.transaction():  # waits for the first block
+        await store.set("c", cpu.Buffer.from_bytes(b"never"))
+
+
+async def main():
+    await asyncio.gather(first(), second(), return_exceptions=True)
+
+
+threading.Thread(target=asyncio.run, args=(main(),), daemon=True).start()
+if not second_asked.wait(10):
+    sys.exit(3)  # the second block never asked for its level: nothing was tested
+print("main ends", flush=True)
+"""
+
+
+@pytest.mark.parametrize("run", range(2))
+def test_exit_with_an_async_block_waiting_for_another(tmp_path: Path, run: int) -> None:
+    path = tmp_path / "waiting.zarrdb"
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(path)],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+    )
+    assert "Timeout (" not in proc.stderr, f"a hang at exit:\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.strip() == "main ends"
+    assert sidecars(path) == [], proc.stderr[-3000:]
+    assert header_journal_mode(path) == "delete"
+    with sqlite3.connect(path) as db:
+        keys = {k for (k,) in db.execute("SELECT k FROM zarr")}
+    # The block that never ended is rolled back; the other never began.
+    assert keys == {"a"}, keys
