@@ -96,3 +96,78 @@ def test_exit_with_an_async_block_waiting_for_another(tmp_path: Path, run: int) 
         keys = {k for (k,) in db.execute("SELECT k FROM zarr")}
     # The block that never ended is rolled back; the other never began.
     assert keys == {"a"}, keys
+
+
+# A write waiting for room in the queue when the program ends (another process holds the
+# file's lock, so the writer cannot commit the large value that fills the queue). Its wait is
+# handed on once the exit hook has started: asyncio's executor is stopped by then.
+_ROOM_CHILD = r"""
+import asyncio, faulthandler, sys, threading
+sys.path.insert(0, sys.argv[2])
+from _lock_holder import LockHolder
+from zarr.core.buffer import cpu
+from zarrdb import SQLiteStore, _pause, _tunables
+
+faulthandler.dump_traceback_later(15, exit=True)
+_tunables.QUEUE_MAX_BYTES = 96 * 1024
+store = SQLiteStore(sys.argv[1])
+store.ensure_open()
+holder = LockHolder(sys.argv[1])
+waiting = threading.Event()  # a write waits for room
+exiting = threading.Event()  # the exit hook has started
+settled = threading.Event()
+outcome = []
+
+
+def hook(name):
+    if name == "backlog.wait" and not waiting.is_set():
+        waiting.set()
+        exiting.wait(10)
+    elif name == "exit":
+        exiting.set()
+        holder.let_go()  # the writer can commit, and make room
+        settled.wait(10)
+        print("small:", outcome, flush=True)
+
+
+_pause.arm(hook)
+
+
+async def writes():
+    big = asyncio.ensure_future(store.set("big", cpu.Buffer.from_bytes(bytes(96 * 1024))))
+    await asyncio.sleep(0.05)  # queued; the writer waits for the lock
+    try:
+        await store.set("small", cpu.Buffer.from_bytes(b"small"))
+        outcome.append("ok")
+    except Exception as exc:
+        outcome.append(repr(exc))
+    settled.set()
+    await big
+
+
+threading.Thread(target=asyncio.run, args=(writes(),), daemon=True).start()
+if not waiting.wait(10):
+    sys.exit(3)  # no write waited for room: nothing was tested
+"""
+
+
+def test_exit_with_a_write_waiting_for_room(tmp_path: Path) -> None:
+    path = tmp_path / "room.zarrdb"
+    store_tests = Path(__file__).resolve().parent.parent / "store"
+    proc = subprocess.run(
+        [sys.executable, "-c", _ROOM_CHILD, str(path), str(store_tests)],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+    )
+    assert "Timeout (" not in proc.stderr, f"a hang at exit:\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    # Written: the writer was open all along (before, RuntimeError: "cannot schedule new
+    # futures after interpreter shutdown").
+    assert proc.stdout.strip() == "small: ['ok']", proc.stdout
+    assert sidecars(path) == [], proc.stderr[-3000:]
+    assert header_journal_mode(path) == "delete"
+    with sqlite3.connect(path) as db:
+        keys = {k for (k,) in db.execute("SELECT k FROM zarr")}
+    assert {"big", "small"} <= keys, keys
