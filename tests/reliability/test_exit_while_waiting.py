@@ -1,4 +1,5 @@
-"""The program ends while a coroutine on an event loop's (daemon) thread waits for a transaction.
+"""The program ends while a coroutine on an event loop's (daemon) thread waits: for a
+transaction level, or for room in the writer's queue.
 
 An `async with store.transaction()` waited for the level it opens, and for its end, in asyncio's
 default executor. At the end of the program `threading._shutdown` joins that executor's worker
@@ -7,10 +8,12 @@ loop holds open waited for good, since that block could no longer end it (`async
 raised "cannot schedule new futures after interpreter shutdown") and the exit hook, which
 closes the store, never ran. Such waits now run in daemon threads of their own, not joined at
 exit: the exit hook closes the store, the open block's writes are rolled back, the waiting
-level is refused, and one file in DELETE mode is left.
+level is refused, and one file in DELETE mode is left. A write waiting for room at that moment
+failed with RuntimeError; it is now written (the store is still open until the exit hook).
 
 Deterministic, with the pause points (test builds only): the program ends once the second
-block has asked to open its level, while the first block never ends by itself.
+block has asked to open its level, while the first block never ends by itself; the write's
+wait for room is handed on only once the exit hook has started.
 """
 
 from __future__ import annotations
