@@ -17,6 +17,7 @@ wait then runs on the loop's own thread, or is refused where it could wait for t
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -45,12 +46,13 @@ def in_daemon_thread(
     future fails with `refused()` if given, else `fn` runs here, on the loop's thread."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
+    context = contextvars.copy_context()  # as asyncio.to_thread: the caller's context
 
     def run() -> None:
         result: Any = None
         exc: BaseException | None = None
         try:
-            result = fn(*args)
+            result = context.run(fn, *args)
         except BaseException as error:  # noqa: BLE001 - the awaiting coroutine gets it
             exc = error
         try:
