@@ -9,7 +9,9 @@ raised "cannot schedule new futures after interpreter shutdown") and the exit ho
 closes the store, never ran. Such waits now run in daemon threads of their own, not joined at
 exit: the exit hook closes the store, the open block's writes are rolled back, the waiting
 level is refused, and one file in DELETE mode is left. A write waiting for room at that moment
-failed with RuntimeError; it is now written (the store is still open until the exit hook).
+failed with RuntimeError; it is now written (the store is still open until the exit hook). A
+block entered once no thread can start any more, before the exit hook, is refused with
+ClosedError (it might wait for a block of its own loop).
 
 Deterministic, with the pause points (test builds only): the program ends once the second
 block has asked to open its level, while the first block never ends by itself; the write's
@@ -174,3 +176,61 @@ def test_exit_with_a_write_waiting_for_room(tmp_path: Path) -> None:
     with sqlite3.connect(path) as db:
         keys = {k for (k,) in db.execute("SELECT k FROM zarr")}
     assert {"big", "small"} <= keys, keys
+
+
+# A block entered once the interpreter has begun to end (from threading's own exit handlers on,
+# no thread starts, daemon or not) and before the exit hook has closed the store: refused.
+_LATE_CHILD = r"""
+import asyncio, faulthandler, sys, threading
+from zarr.core.buffer import cpu
+from zarrdb import SQLiteStore
+
+faulthandler.dump_traceback_later(15, exit=True)
+store = SQLiteStore(sys.argv[1])
+store.set_sync("a", cpu.Buffer.from_bytes(b"before"))
+go = threading.Event()
+done = threading.Event()
+outcome = []
+
+
+async def late():
+    while not go.is_set():
+        await asyncio.sleep(0.001)
+    try:
+        async with store.transaction():
+            await store.set("b", cpu.Buffer.from_bytes(b"late"))
+        outcome.append("committed")
+    except Exception as exc:
+        outcome.append(type(exc).__name__)
+    done.set()
+
+
+def at_shutdown():
+    go.set()
+    done.wait(10)
+    print("late:", outcome, flush=True)
+
+
+threading.Thread(target=asyncio.run, args=(late(),), daemon=True).start()
+threading._register_atexit(at_shutdown)  # runs as the interpreter begins to end
+"""
+
+
+def test_an_async_block_entered_as_the_interpreter_ends_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "late.zarrdb"
+    proc = subprocess.run(
+        [sys.executable, "-c", _LATE_CHILD, str(path)],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+    )
+    assert "Timeout (" not in proc.stderr, f"a hang at exit:\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    # Before, RuntimeError: "can't create new thread at interpreter shutdown".
+    assert proc.stdout.strip() == "late: ['ClosedError']", proc.stdout
+    assert sidecars(path) == [], proc.stderr[-3000:]
+    assert header_journal_mode(path) == "delete"
+    with sqlite3.connect(path) as db:
+        keys = {k for (k,) in db.execute("SELECT k FROM zarr")}
+    assert keys == {"a"}, keys
