@@ -23,6 +23,7 @@ from typing import Any
 from zarrdb import _pause, errors
 from zarrdb._core import Port, Writer
 from zarrdb._log import WriterEvents
+from zarrdb._waits import in_daemon_thread
 
 # (kind, key, value): "set" | "set_if_absent" | "delete" | "delete_prefix"
 Op = tuple[str, str, Any]
@@ -169,14 +170,16 @@ class LoopWatch:
         return queued
 
     async def _queue_backlog_as_room_is_made(self) -> None:
-        """Wait for room for the backlog's first submission in a worker thread (not on the
-        loop), then queue what fits on the loop's thread, in order, until none is left."""
+        """Wait for room for the backlog's first submission in a thread of its own (not on the
+        loop, nor in asyncio's executor, stopped at exit before the store closes: see
+        zarrdb._waits), then queue what fits on the loop's thread, in order, until none is
+        left."""
         loop = asyncio.get_running_loop()
         while self.backlog:
             sub, _ = self.backlog[0]
             _pause.point("backlog.wait")
             try:
-                await asyncio.to_thread(self.writer.wait_for_room, sub.nbytes)
+                await in_daemon_thread(self.writer.wait_for_room, sub.nbytes)
             except BaseException as exc:  # the waiters get it, whatever it is
                 self._fail_backlog(exc)
                 if isinstance(exc, Exception):

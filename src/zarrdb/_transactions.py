@@ -29,6 +29,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from zarrdb import _pause, errors
 from zarrdb._core import Level, TransactionLevels, Writer
+from zarrdb._waits import in_daemon_thread
 
 
 class Submitter(Protocol):
@@ -154,15 +155,23 @@ class Transaction(TransactionLevels, Generic[S]):
     # __exit__ is TransactionLevels' (compiled: see there why).
 
     async def __aenter__(self) -> S:
-        # In a worker thread: waiting for another transaction, for the writes queued before,
-        # or for another process's lock must not stop the event loop, which may be running
-        # this transaction's own work. The context's mark is set here, in the coroutine.
+        # In a thread of its own: waiting for another transaction, for the writes queued
+        # before, or for another process's lock must not stop the event loop, which may be
+        # running this transaction's own work. Not in asyncio's default executor, whose
+        # workers the end of the program joins before the exit hook can close the store (and
+        # so end the wait): see zarrdb._waits. The context's mark is set here, in the coroutine.
         level = self._level()
         _pause.point("txn.enter")
         self._push(level)
-        opening = asyncio.ensure_future(
-            asyncio.to_thread(level.writer.open_level, level, _parent(level))
-        )
+        path = level.writer.path
+        opening = in_daemon_thread(
+            level.writer.open_level, level, _parent(level),
+            lost=lambda: _abandon(level),
+            # It might wait for a level this very loop has to end.
+            refused=lambda: errors.ClosedError(
+                f"no transaction begins on {path!r}: the program is ending"
+            ),
+        )  # fmt: skip
         try:
             await asyncio.shield(opening)
             level.mark = INSIDE.set((*INSIDE.get(), level))
@@ -181,5 +190,6 @@ class Transaction(TransactionLevels, Generic[S]):
         level.unmark()
         if level.is_open or level.undone:
             # Shielded: a task cancelled while the commit runs must not leave it half done.
-            ending = asyncio.to_thread(level.writer.end_level, level, exc_type is None)
+            # (In a thread of its own, as __aenter__'s wait.)
+            ending = in_daemon_thread(level.writer.end_level, level, exc_type is None)
             await asyncio.shield(ending)
