@@ -74,7 +74,10 @@ class Submitter:
         explicit transaction is open, returns once they are queued: they are the
         transaction's, committed or rolled back with it."""
         self.queue_bursts_here()
-        self.writer.write(ops, expected_depth(self.writer))
+        # On an event loop's thread, a write made while a transaction begins joins it: left
+        # for after its end, it would wait for a block that only the loop it blocks can end.
+        on_loop = _compat.running_loop() is not None
+        self.writer.write(ops, expected_depth(self.writer), on_loop)
         self.events.report()
 
     def write_async(self, ops: Sequence[Op]) -> Awaitable[None]:

@@ -316,3 +316,58 @@ def test_a_synchronous_write_on_the_loop_does_not_wait_for_the_loops_next_turn(
             holder.release()
         loop.close()
         store.close()
+
+
+@pytest.mark.skipif(not _core._PAUSE_POINTS, reason="pause points: test builds only")
+def test_a_synchronous_write_on_the_loop_joins_a_transaction_its_loop_is_beginning(
+    tmp_path: Path,
+) -> None:
+    """A task begins a transaction (in a worker thread); while the begin holds the connection,
+    before the transaction is open, a coroutine of the same loop calls `set_sync()`. Left to
+    wait for the transaction's end, the write would wait for good: only the loop it blocks can
+    end that block. It waits for the begin and joins the transaction, as any write made while
+    one is open."""
+    path = tmp_path / "beginning.zarrdb"
+    store = SQLiteStore(path)
+    loop = asyncio.new_event_loop()
+    beginning = threading.Event()
+    queued = threading.Event()
+
+    def hook(name: str) -> None:
+        if name == "txn.begin" and not beginning.is_set():
+            beginning.set()
+            queued.wait(0.5)  # until the write is queued, if it may be queued now
+        elif name == "submit.queued" and threading.current_thread() is runner:
+            queued.set()
+
+    async def block() -> None:
+        async with store.transaction():
+            await store.set("inside", value(1))
+
+    async def main() -> None:
+        await store.set("first", value(0))
+        _pause.arm(hook)
+        txn = asyncio.ensure_future(block())
+        for _ in range(int(DEADLINE / 0.005)):
+            if beginning.is_set():
+                break
+            await asyncio.sleep(0.005)
+        assert beginning.is_set(), "the transaction never began"
+        store.set_sync("sync", value(2))  # on the loop's thread, blocking it
+        await txn
+
+    runner = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    try:
+        runner.start()
+        runner.join(DEADLINE)
+        stuck = runner.is_alive()
+        if stuck:  # unstick it: closing rolls the transaction back and fails the write
+            store.close()
+            runner.join(DEADLINE)
+        assert not stuck, "set_sync on the loop's thread waited for its own loop's transaction"
+        assert stored_sync(store, "sync") == value(2).to_bytes()
+        assert stored_sync(store, "inside") == value(1).to_bytes()
+    finally:
+        _pause.disarm()
+        loop.close()
+        store.close()
