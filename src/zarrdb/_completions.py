@@ -8,7 +8,8 @@ writer cannot take fails only its caller). A submission that finds the queue ful
 the loop's backlog, in order: a task waits for room in a worker thread and queues the backlog
 on the loop's thread as room is made; every later write of that loop is queued after it, and a
 synchronous caller on the loop's thread (set_sync, close(), a transaction's begin) queues it
-first, waiting for room there.
+first, waiting for room there, and flushes what the loop queued (the loop's own flush waits
+for its next turn, which cannot come while that caller waits).
 """
 
 from __future__ import annotations
@@ -96,11 +97,15 @@ class LoopWatch:
         self._queue(sub, future)
 
     def queue_all(self) -> None:
-        """Queue this turn's burst and everything waiting for room, waiting here for room
-        (on the loop's thread, for a synchronous caller that must come after them)."""
+        """Queue this turn's burst and everything waiting for room, waiting here for room,
+        and tell the writer that these are all (on the loop's thread, for a synchronous
+        caller that must come after them). The loop cannot turn until that caller returns, so
+        its own flush would come too late: a burst queued without one is not written (a small
+        one does not even wake the writer), and the room the caller waits for never made."""
         self.queue_burst()
-        if self.backlog and self._queue_backlog(block=True):
-            self.writer.flush()  # nobody else says that these are all
+        if self.backlog:
+            self._queue_backlog(block=True)
+        self.writer.flush()
 
     def _prepare(self, burst: Burst) -> tuple[Any, list[asyncio.Future[Any]]] | None:
         """The burst's submission, not queued yet, and its callers' futures. A caller whose
@@ -153,7 +158,13 @@ class LoopWatch:
         while backlog:
             sub, future = backlog[0]
             try:
-                if not self.writer.enqueue(sub, block=block):
+                queued_now = self.writer.enqueue(sub, block=False)
+                if not queued_now and block:
+                    # The room is made by writing what this loop queued before, which waits
+                    # for the loop's flush: the loop is the one waiting here, so say it now.
+                    self.writer.flush()
+                    queued_now = self.writer.enqueue(sub, block=True)
+                if not queued_now:
                     break
             except errors.NestingError as exc:  # its own level's affair: the others go on
                 backlog.popleft()

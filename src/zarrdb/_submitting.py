@@ -74,7 +74,10 @@ class Submitter:
         explicit transaction is open, returns once they are queued: they are the
         transaction's, committed or rolled back with it."""
         self.queue_bursts_here()
-        self.writer.write(ops, expected_depth(self.writer))
+        # On an event loop's thread, a write made while a transaction begins joins it: left
+        # for after its end, it would wait for a block that only the loop it blocks can end.
+        on_loop = _compat.running_loop() is not None
+        self.writer.write(ops, expected_depth(self.writer), on_loop)
         self.events.report()
 
     def write_async(self, ops: Sequence[Op]) -> Awaitable[None]:
@@ -118,13 +121,15 @@ class Submitter:
     def queue_bursts_here(self) -> None:
         """Queue the burst of the event loop running in this thread and the bursts it has
         waiting for room, if any, before a write or a transaction that must come after them;
-        waits here for room for them (the caller is synchronous: it blocks the loop anyway)."""
+        waits here for room for them (the caller is synchronous: it blocks the loop anyway),
+        and flushes what the loop queued whose flush waits for the loop's next turn."""
         if not self.watches:  # no event loop has written through this store
             return
         loop = _compat.running_loop()
         if loop is not None:
             watch = self.watches.get(id(loop))
-            if (watch is not None and (watch.burst is not None or watch.backlog)
+            if (watch is not None
+                    and (watch.burst is not None or watch.backlog or watch.hint_due)
                     and watch.loop() is loop):
                 watch.queue_all()
 

@@ -291,7 +291,7 @@ cdef class Writer:
         s.nbytes = _gather_ops(items, s.ops, sub.buffers, sub.keep, sub.names, self.path)
         return sub
 
-    cdef bint _enqueue(self, Submission sub, bint block) except -1:
+    cdef bint _enqueue(self, Submission sub, bint block, bint join_beginning=False) except -1:
         cdef WSub* s = sub.sub
         cdef WState* w = self.w
         cdef Port port = sub.port
@@ -319,6 +319,11 @@ cdef class Writer:
                 if expect >= 0 and w.txn_depth != expect:
                     elsewhere = True
                     break
+                if join_beginning and w.txn_pending:
+                    # Not deferred until the end of a transaction that is beginning: the
+                    # caller blocks an event loop, which may be the one to end that block.
+                    zt_cond_wait(&w.done, &w.mu)
+                    continue
                 if _has_room(w, nbytes):
                     s.txn = w.txn
                     if s.txn != 0:
@@ -360,13 +365,15 @@ cdef class Writer:
                 port.pending -= 1
         return True
 
-    def write(self, ops, int expect=-1):
+    def write(self, ops, int expect=-1, bint join_beginning=False):
         """Queue `ops` and, unless they joined the open explicit transaction, wait until they
         are committed (GIL released); raises the write's error. One call, so that no signal
-        can come between queueing and waiting. `expect`: see Submission.expect_depth."""
+        can come between queueing and waiting. `expect`: see Submission.expect_depth. With
+        `join_beginning` (a caller on an event loop's thread), a write made while a transaction
+        begins waits for it to open and joins it, instead of waiting for its end."""
         cdef Submission sub = self._prepare(list(ops), None)
         sub.expect_depth = expect
-        self._enqueue(sub, True)
+        self._enqueue(sub, True, join_beginning)
         if sub.sub.txn == 0:
             sub.wait()
 

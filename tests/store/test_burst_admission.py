@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from zarr.core.buffer import cpu
 
-from zarrdb import SQLiteStore, _tunables
+from zarrdb import SQLiteStore, _core, _pause, _tunables
 
 # Loaded by its path: the tests run from any directory, without the repository on sys.path.
 LockHolder = runpy.run_path(str(Path(__file__).with_name("_lock_holder.py")))["LockHolder"]
@@ -243,4 +243,131 @@ async def test_a_value_that_cannot_be_taken_fails_only_its_own_caller(
             want = None if i == where else value(i).to_bytes()
             assert await stored(store, f"k/{i}") == want
     finally:
+        store.close()
+
+
+@pytest.mark.skipif(not _core._PAUSE_POINTS, reason="pause points: test builds only")
+@pytest.mark.parametrize("waiting", ["a burst", "a burst and a larger write"])
+def test_a_synchronous_write_on_the_loop_does_not_wait_for_the_loops_next_turn(
+    waiting: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A burst that waited for room is queued, and its flush is left to the loop's next turn;
+    a callback that runs before that flush calls `set_sync()` of a value that needs the whole
+    queue (and, with a larger write waiting behind the burst, first waits for room for that
+    one). The loop cannot turn while it waits: the writer must hear that the burst is all
+    there is from the synchronous caller, else the burst is never written, the room never
+    made, and the caller (and its loop) wait for good."""
+    large = 96 * 1024  # fits only in an empty queue: waits for the burst to be written
+    monkeypatch.setattr(_tunables, "QUEUE_MAX_BYTES", large)
+    path = tmp_path / "turn.zarrdb"
+    store = SQLiteStore(path)
+    loop = asyncio.new_event_loop()
+    holders = []
+    outcome: list[BaseException | None] = []
+    scheduled: list[asyncio.Handle] = []
+
+    def write_after() -> None:  # a callback on the loop's thread, before the burst's flush
+        try:
+            store.set_sync("after", value(3, large))
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - the test reports it
+            outcome.append(exc)
+
+    def hook(name: str) -> None:
+        # The backlog's burst has just been queued on the loop's thread (hinted, too small to
+        # wake the writer): the next callback queued runs before its flush.
+        if name == "submit.queued" and threading.current_thread() is runner and not scheduled:
+            scheduled.append(loop.call_soon(write_after))
+
+    async def main() -> None:
+        await store.set("first", value(0))
+        holders.append(LockHolder(path))
+        big = asyncio.ensure_future(store.set("big", value(1, large)))  # the queue is full
+        waiters = [asyncio.ensure_future(store.set("small", value(2)))]
+        if waiting != "a burst":  # fits only once the burst is written
+            waiters.append(asyncio.ensure_future(store.set("medium", value(4, large - 50))))
+        watch = store._submitter().watches[id(asyncio.get_running_loop())]
+        for _ in range(int(DEADLINE / 0.005)):
+            if len(watch.backlog) == len(waiters):
+                break
+            await asyncio.sleep(0.005)
+        assert len(watch.backlog) == len(waiters), "the writes never waited for room"
+        _pause.arm(hook)
+        holders[0].let_go()
+        await asyncio.gather(big, *waiters)
+
+    runner = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    try:
+        runner.start()
+        runner.join(DEADLINE)
+        stuck = runner.is_alive()
+        if stuck:  # unstick it (the writer hears what the loop's flush would have said)
+            store._submitter().writer.flush()
+            runner.join(DEADLINE)
+        assert not stuck, "set_sync on the loop's thread waited for its loop's next turn"
+        assert scheduled and outcome == [None]
+        assert stored_sync(store, "after") == value(3, large).to_bytes()
+        assert stored_sync(store, "small") == value(2).to_bytes()
+        if waiting != "a burst":
+            assert stored_sync(store, "medium") == value(4, large - 50).to_bytes()
+    finally:
+        _pause.disarm()
+        for holder in holders:
+            holder.release()
+        loop.close()
+        store.close()
+
+
+@pytest.mark.skipif(not _core._PAUSE_POINTS, reason="pause points: test builds only")
+def test_a_synchronous_write_on_the_loop_joins_a_transaction_its_loop_is_beginning(
+    tmp_path: Path,
+) -> None:
+    """A task begins a transaction (in a worker thread); while the begin holds the connection,
+    before the transaction is open, a coroutine of the same loop calls `set_sync()`. Left to
+    wait for the transaction's end, the write would wait for good: only the loop it blocks can
+    end that block. It waits for the begin and joins the transaction, as any write made while
+    one is open."""
+    path = tmp_path / "beginning.zarrdb"
+    store = SQLiteStore(path)
+    loop = asyncio.new_event_loop()
+    beginning = threading.Event()
+    queued = threading.Event()
+
+    def hook(name: str) -> None:
+        if name == "txn.begin" and not beginning.is_set():
+            beginning.set()
+            queued.wait(0.5)  # until the write is queued, if it may be queued now
+        elif name == "submit.queued" and threading.current_thread() is runner:
+            queued.set()
+
+    async def block() -> None:
+        async with store.transaction():
+            await store.set("inside", value(1))
+
+    async def main() -> None:
+        await store.set("first", value(0))
+        _pause.arm(hook)
+        txn = asyncio.ensure_future(block())
+        for _ in range(int(DEADLINE / 0.005)):
+            if beginning.is_set():
+                break
+            await asyncio.sleep(0.005)
+        assert beginning.is_set(), "the transaction never began"
+        store.set_sync("sync", value(2))  # on the loop's thread, blocking it
+        await txn
+
+    runner = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    try:
+        runner.start()
+        runner.join(DEADLINE)
+        stuck = runner.is_alive()
+        if stuck:  # unstick it: closing rolls the transaction back and fails the write
+            store.close()
+            runner.join(DEADLINE)
+        assert not stuck, "set_sync on the loop's thread waited for its own loop's transaction"
+        assert stored_sync(store, "sync") == value(2).to_bytes()
+        assert stored_sync(store, "inside") == value(1).to_bytes()
+    finally:
+        _pause.disarm()
+        loop.close()
         store.close()
