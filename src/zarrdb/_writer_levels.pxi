@@ -249,6 +249,7 @@ cdef int _end_level(Writer self, Level level, bint ok) except -1:
         zt_mutex_lock(&w.mu)
         w.txn_ending += 1
         zt_mutex_unlock(&w.mu)
+    zpp_point("txn.ending")  # its block has ended; the connection is not held yet
     try:
         # Refused only once close() has started: the transaction stays marked open, so that the
         # writer puts nothing else on the connection, which is still inside it until close()
@@ -262,6 +263,20 @@ cdef int _end_level(Writer self, Level level, bint ok) except -1:
             w.txn_ending -= 1
             zt_mutex_unlock(&w.mu)
         raise
+    if level not in self._stack:
+        # The level around ended while this end waited for the connection: it rolled this one
+        # back (and took it off the stack) with everything inside it.
+        level.state = LEVEL_OVER
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            w.txn_ending -= 1
+            zt_mutex_unlock(&w.mu)
+        self._release()
+        raise _errors.NestingError(
+            f"this level of the transaction on {self.path!r} was rolled back when the level "
+            "around it ended while it was still open: nothing of it was written"
+        )
+    at = self._stack.index(level)  # (levels only opened or ended above it meanwhile)
     inner = self._stack[at + 1:]
     try:
         try:

@@ -169,3 +169,53 @@ def test_a_write_while_its_level_ends_is_refused(tmp_path: Path, level: str, end
     if ends == "commit":
         expected.add("level")
     assert committed(path) == expected
+
+
+@pytest.mark.skipif(
+    not _core._PAUSE_POINTS, reason="the pause points are in test builds only (ZARRDB_TEST_VFS=1)"
+)
+@pytest.mark.parametrize("ends", ["commit", "rollback"])
+def test_a_level_ending_as_the_level_around_ends_first_raises(tmp_path: Path, ends: str) -> None:
+    """A nested level's end has begun (held at the point `txn.ending`, before it has the
+    connection) when the level around it ends, and rolls it back with everything: the nested
+    level's end, going on after, raises NestingError (it returned as if committed, though
+    nothing of it was written), and the store writes again once both have ended."""
+    path = tmp_path / f"ending-{ends}.zarrdb"
+    store = SQLiteStore(path)
+    store.ensure_open()
+    outcome: dict[str, object] = {}
+    inside, go, ending, outer_over = (threading.Event() for _ in range(4))
+    nested: list[threading.Thread] = []
+
+    def hook(name: str) -> None:
+        if name == "txn.ending" and nested and threading.current_thread() is nested[0]:
+            ending.set()
+            wait(outer_over)
+
+    def level() -> None:
+        with store.transaction():
+            store.set_sync("level", buf(b"n"))
+            inside.set()
+            wait(go)
+            if ends == "rollback":
+                raise Boom
+
+    _pause.arm(hook)
+    try:
+        with pytest.raises(errors.NestingError), store.transaction():
+            store.set_sync("outer", buf(b"o"))
+            nested.append(in_context(level, outcome, "level"))
+            wait(inside)
+            go.set()
+            wait(ending)
+        outer_over.set()
+        nested[0].join(DEADLINE)
+        assert not nested[0].is_alive()
+        store.set_sync("after", buf(b"a"))
+    finally:
+        _pause.disarm()
+        for event in (go, outer_over):
+            event.set()
+        store.close()
+    assert isinstance(outcome["level"], errors.NestingError), outcome
+    assert committed(path) == {"after"}
