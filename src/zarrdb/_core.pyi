@@ -51,6 +51,8 @@ class Level:
     def token(self) -> int: ...
     @property
     def depth(self) -> int: ...
+    @property
+    def serial(self) -> int: ...
     mark: Any
     def unmark(self) -> None:
         """Take the level off the list of the context that entered it."""
@@ -255,7 +257,7 @@ class Submission:
     when the submission comes out of its Port)."""
 
     future: Any
-    expect_depth: int
+    expect_level: int
 
     @property
     def done(self) -> bool: ...
@@ -354,7 +356,7 @@ class Writer:
     def enqueue(self, sub: Submission, *, block: bool = True) -> bool:
         """Queue a submission made by prepare(); False if the queue is full and not `block`."""
 
-    def write(self, ops: Iterable[_Op], expect: int = -1) -> None:
+    def write(self, ops: Iterable[_Op], expect: int = 0) -> None:
         """Queue `ops` and, unless they joined the open explicit transaction, wait until they
         are committed (GIL released); raises the write's error."""
 

@@ -13,7 +13,7 @@ session, as an SQLite connection is. While one is open, every write through the 
 it, whatever thread, event loop or zarr worker it comes from; the writer decides that under its
 lock at the moment the write is queued, and marks the transaction's start and end the same way
 (see _writer.pxi). A write made inside a level is queued as expecting that level to be the
-innermost (expected_depth), else refused with NestingError.
+innermost open one (expected_level), else refused with NestingError.
 The numbers (queue bound, group commit size, ...) are _tunables.py's.
 """
 
@@ -28,7 +28,7 @@ from zarrdb import _compat, _format, _pause, _tunables
 from zarrdb._completions import Burst, LoopWatch, Op
 from zarrdb._core import Database, Writer
 from zarrdb._log import WriterEvents
-from zarrdb._transactions import expected_depth
+from zarrdb._transactions import expected_level
 
 T = TypeVar("T")
 _SYNCHRONOUS = {"off": 0, "normal": 1, "full": 2}
@@ -77,7 +77,7 @@ class Submitter:
         # On an event loop's thread, a write made while a transaction begins joins it: left
         # for after its end, it would wait for a block that only the loop it blocks can end.
         on_loop = _compat.running_loop() is not None
-        self.writer.write(ops, expected_depth(self.writer), on_loop)
+        self.writer.write(ops, expected_level(self.writer), on_loop)
         self.events.report()
 
     def write_async(self, ops: Sequence[Op]) -> Awaitable[None]:
@@ -88,7 +88,9 @@ class Submitter:
         watch = self.watches.get(id(loop))
         if watch is None or watch.loop() is not loop:
             watch = self._watch(loop)
-        if len(ops) == 1 and not self.writer.in_transaction:
+        # (Not a write made in a level, even one whose transaction has ended: the writer refuses
+        # that one, and a burst expects no level.)
+        if len(ops) == 1 and not self.writer.in_transaction and not expected_level(self.writer):
             kind, _, value = op = ops[0]
             burst_value_max = _tunables.BURST_VALUE_MAX
             nbytes = 0 if value is None else getattr(value, "nbytes", burst_value_max + 1)
@@ -112,7 +114,7 @@ class Submitter:
         """write_async for writes that are a submission of their own: queued after what this
         turn queued before and after the bursts waiting for room, in order."""
         sub = self.writer.prepare(ops, port=watch.port)
-        sub.expect_depth = expected_depth(self.writer)
+        sub.expect_level = expected_level(self.writer)
         future = loop.create_future()
         watch.queue_alone(sub, future)
         watch.hint(loop)

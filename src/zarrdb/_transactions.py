@@ -14,6 +14,11 @@ keeps it. The rule of nesting (docs/guide/transactions.md):
 - A level ends before the levels around it. One that ends while a level inside it is still open
   is rolled back with it and raises NestingError (the outermost: the whole transaction); the
   inner level's code then gets NestingError at its next write and at its end.
+- A level's code that its block does not wait for (a task or thread started in it) writes in
+  it while it is open: such a write is queued only while the level is the innermost open one,
+  and so goes with its commit or rollback. Once the block has ended (committed or rolled
+  back), its writes and the levels it enters raise NestingError and nothing of them is written:
+  the writer refuses them atomically with queueing (Submission.expect_level).
 - A level outlived by its open file (close() from another thread, or a forked child continuing
   its parent's block) is over: every write of its code, every level entered in it and its end
   raise ClosedError; nothing reopens the store for them.
@@ -81,25 +86,36 @@ def check_inside(owner: object) -> None:
                 f"the transaction level on {level.writer.path!r} this code writes in was rolled "
                 "back: the level around it ended while it was still open"
             )
-        # Its block ended: the code belongs to the level around it, if any.
+        if not level.usable:
+            raise errors.ClosedError(
+                f"the transaction on {level.writer.path!r} this code writes in is over: the "
+                "store was closed (or the transaction is another process's) before its block "
+                "ended"
+            )
+        raise errors.NestingError(
+            f"the transaction level on {level.writer.path!r} this code was started in has "
+            "ended: a task or thread its block did not wait for can no longer write through "
+            "the store in it (await it, or join it, before the block ends)"
+        )
 
 
-def expected_depth(writer: Writer) -> int:
-    """The depth of the innermost open transaction level of `writer` that the calling code is
-    in (-1: none): the level its write must still be the innermost one of when it is queued."""
+def expected_level(writer: Writer) -> int:
+    """The serial of the innermost transaction level of `writer` that the calling code is in
+    (0: none), open or not: the writer queues its write only if that level is then the
+    innermost open one (Submission.expect_level), and refuses it once the level has ended."""
     inside = INSIDE.get()
     if inside:
         for level in reversed(inside):
-            if level.writer is writer and level.is_open:
-                return int(level.depth)
-    return -1
+            if level.writer is writer:
+                return int(level.serial)
+    return 0
 
 
 def _parent(level: Level) -> Level | None:
-    """The innermost open level of `level`'s writer the calling code works inside (None: a
-    new transaction)."""
+    """The innermost level of `level`'s writer the calling code works inside (None: a new
+    transaction). One that has ended is given too: opening inside it raises NestingError."""
     for outer in reversed(INSIDE.get()):
-        if outer.writer is level.writer and outer.is_open:
+        if outer.writer is level.writer:
             return outer
     return None
 

@@ -299,7 +299,7 @@ cdef class Writer:
         cdef bint queued = False
         cdef bint stopped = False
         cdef bint elsewhere = False
-        cdef int expect = sub.expect_depth
+        cdef int64_t expect = sub.expect_level
         self._check()
         if sub.queued or sub.writer is not self:
             raise ValueError("a submission is queued once, on the writer that made it")
@@ -316,7 +316,7 @@ cdef class Writer:
                 if w.stop:
                     stopped = True
                     break
-                if expect >= 0 and w.txn_depth != expect:
+                if expect != 0 and (w.txn_level != expect or w.txn_ending):
                     elsewhere = True
                     break
                 if join_beginning and w.txn_pending:
@@ -350,9 +350,9 @@ cdef class Writer:
                 raise _errors.ClosedError(f"the writer of {self.path!r} is closed")
             if elsewhere:
                 raise _errors.NestingError(
-                    f"the transaction level on {self.path!r} this write was made in is no "
-                    "longer the innermost open one (a level was opened inside it, or it ended): "
-                    "it was not written"
+                    f"the transaction level on {self.path!r} this write was made in is not "
+                    "the innermost open one (a level was opened inside it, or it has ended or "
+                    "is ending): it was not written"
                 )
             zpp_point("submit.full")
             return False
@@ -365,14 +365,14 @@ cdef class Writer:
                 port.pending -= 1
         return True
 
-    def write(self, ops, int expect=-1, bint join_beginning=False):
+    def write(self, ops, int64_t expect=0, bint join_beginning=False):
         """Queue `ops` and, unless they joined the open explicit transaction, wait until they
         are committed (GIL released); raises the write's error. One call, so that no signal
-        can come between queueing and waiting. `expect`: see Submission.expect_depth. With
+        can come between queueing and waiting. `expect`: see Submission.expect_level. With
         `join_beginning` (a caller on an event loop's thread), a write made while a transaction
         begins waits for it to open and joins it, instead of waiting for its end."""
         cdef Submission sub = self._prepare(list(ops), None)
-        sub.expect_depth = expect
+        sub.expect_level = expect
         self._enqueue(sub, True, join_beginning)
         if sub.sub.txn == 0:
             sub.wait()
@@ -568,7 +568,7 @@ cdef class Writer:
             zt_mutex_lock(&w.mu)
             w.txn = 0
             w.txn_open = False
-            w.txn_depth = 0
+            w.txn_level = 0
             _clear_transaction_error(w)
             _requeue_deferred(w)
             zt_cond_broadcast(&w.work)

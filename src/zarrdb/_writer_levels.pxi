@@ -13,6 +13,8 @@ cdef enum:
     LEVEL_UNDONE = 2  # rolled back because the level around it ended first; its block goes on
     LEVEL_OVER = 3  # its block ended it (or its end was refused: the store is closing)
 
+cdef int64_t _next_level_serial = 0
+
 
 cdef class Level:
     """One level of an explicit transaction: the writer it is opened on (its store's open file,
@@ -24,11 +26,17 @@ cdef class Level:
     cdef readonly object owner
     cdef readonly int64_t token  # the transaction's (0 until open)
     cdef readonly int depth  # 1: the outermost level
+    # What names it to the writer's queue (never 0, never another level's): a write made in it
+    # is queued only while it is the innermost open level (Submission.expect_level).
+    cdef readonly int64_t serial
     cdef int state
     # The token that resets the entering context's list of levels (a contextvars.Token).
     cdef public object mark
 
     def __cinit__(self, Writer writer, object owner=None):
+        global _next_level_serial
+        _next_level_serial += 1
+        self.serial = _next_level_serial
         self.writer = writer
         self.owner = owner
         self.state = LEVEL_NEW
@@ -88,6 +96,8 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
     cdef int depth = 1
     cdef bint nested = parent is not None
     cdef bint pending
+    cdef bint ending = False
+    cdef int64_t around = 0  # the writer's txn_level before this level began to open
     if level.writer is not self or level.state != LEVEL_NEW:
         raise _errors.MisuseError("a transaction level is opened once, on its own writer",
                                   code=SQLITE_MISUSE)
@@ -104,6 +114,12 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
             with nogil:
                 zt_mutex_lock(&w.mu)
                 pending = w.head != NULL
+                ending = w.txn_ending != 0
+                if not pending:
+                    # From here on, a write from the code of the level around is refused (it
+                    # would be written inside the new savepoint) instead of queued.
+                    around = w.txn_level
+                    w.txn_level = -1
                 zt_mutex_unlock(&w.mu)
             if not pending:
                 break
@@ -115,11 +131,12 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
     zpp_point("txn.begin")
     try:
         if nested:
-            if (parent.state != LEVEL_OPEN or not (w.txn_open and w.txn == token)
+            if (ending or parent.state != LEVEL_OPEN or not (w.txn_open and w.txn == token)
                     or parent not in self._stack):
-                raise _errors.MisuseError(
-                    f"the transaction on {self.path!r} this block was opened inside has ended",
-                    code=SQLITE_MISUSE,
+                raise _errors.NestingError(
+                    f"the transaction level on {self.path!r} this block was entered in has "
+                    "ended (or is ending): its code (a task or thread it did not wait for) can "
+                    "neither write nor enter a level any more"
                 )
             if self._stack[len(self._stack) - 1] is not parent:
                 raise _errors.NestingError(
@@ -128,8 +145,8 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
                     "inside the other, one at a time"
                 )
             depth = parent.depth + 1
-            # Listed first: from here a write from the code of the level around is refused
-            # (_transactions.check_inside) instead of being queued into the new savepoint.
+            # Listed first: from here a write from the code of the level around is refused by
+            # _transactions.check_inside too, with the reason.
             level.token = token
             level.depth = depth
             self._stack.append(level)
@@ -144,7 +161,7 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
             level.state = LEVEL_OPEN
         with nogil:
             zt_mutex_lock(&w.mu)
-            w.txn_depth += 1
+            w.txn_level = level.serial
             if not nested:
                 # The mark: what was queued while this waited for the connection and the
                 # lock is not the transaction's; it waits for its end.
@@ -158,6 +175,11 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
         level.state = LEVEL_NEW
         if level in self._stack:
             self._stack.remove(level)
+        if nested:
+            with nogil:
+                zt_mutex_lock(&w.mu)
+                w.txn_level = around
+                zt_mutex_unlock(&w.mu)
         if began == 2 and nested:
             try:
                 _level_sql(self, "ROLLBACK TO", depth)
@@ -190,6 +212,7 @@ cdef int _end_level(Writer self, Level level, bint ok) except -1:
     cdef Py_ssize_t at
     cdef list inner
     cdef int rc
+    cdef int64_t around
     err = None
     if level.writer is not self:
         raise _errors.MisuseError("a level ends on its own writer", code=SQLITE_MISUSE)
@@ -219,6 +242,14 @@ cdef int _end_level(Writer self, Level level, bint ok) except -1:
     for each in self._stack[at + 1:]:
         if (<Level>each).state == LEVEL_OPEN:
             (<Level>each).state = LEVEL_UNDONE
+    # Its block has ended: a write made in it (or in a level inside it) from now on is refused,
+    # atomically with queueing, and is never acknowledged; one queued before is drained below,
+    # inside its savepoint, and goes with its commit or rollback.
+    with nogil:
+        zt_mutex_lock(&w.mu)
+        w.txn_ending += 1
+        zt_mutex_unlock(&w.mu)
+    zpp_point("txn.ending")  # its block has ended; the connection is not held yet
     try:
         # Refused only once close() has started: the transaction stays marked open, so that the
         # writer puts nothing else on the connection, which is still inside it until close()
@@ -227,7 +258,25 @@ cdef int _end_level(Writer self, Level level, bint ok) except -1:
         zpp_point("txn.end")
     except BaseException:
         level.state = LEVEL_OVER
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            w.txn_ending -= 1
+            zt_mutex_unlock(&w.mu)
         raise
+    if level not in self._stack:
+        # The level around ended while this end waited for the connection: it rolled this one
+        # back (and took it off the stack) with everything inside it.
+        level.state = LEVEL_OVER
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            w.txn_ending -= 1
+            zt_mutex_unlock(&w.mu)
+        self._release()
+        raise _errors.NestingError(
+            f"this level of the transaction on {self.path!r} was rolled back when the level "
+            "around it ended while it was still open: nothing of it was written"
+        )
+    at = self._stack.index(level)  # (levels only opened or ended above it meanwhile)
     inner = self._stack[at + 1:]
     try:
         try:
@@ -288,13 +337,14 @@ cdef int _end_level(Writer self, Level level, bint ok) except -1:
                 (<Level>each).state = LEVEL_UNDONE
         del self._stack[at:]
         level.state = LEVEL_OVER
+        around = 0 if outermost else (<Level>self._stack[at - 1]).serial
+        with nogil:
+            zt_mutex_lock(&w.mu)
+            w.txn_ending -= 1
+            w.txn_level = around
+            zt_mutex_unlock(&w.mu)
         if outermost:
             self._forget_transaction()
-        else:
-            with nogil:
-                zt_mutex_lock(&w.mu)
-                w.txn_depth = at
-                zt_mutex_unlock(&w.mu)
         self._release()
         if outermost and self._joined:
             self._unpin()

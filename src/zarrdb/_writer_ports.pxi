@@ -20,14 +20,15 @@ cdef class Submission:
     cdef bint queued
     cdef bint finished
     cdef public object future
-    # The depth of the transaction level its caller writes in (-1: none): it is refused with
-    # NestingError if, when it is queued, the innermost open level is another (a level opened
-    # inside the caller's since the caller's check, or its own ended).
-    cdef public int expect_depth
+    # The serial of the transaction level its caller writes in (Level.serial; 0: none): it is
+    # refused with NestingError if, when it is queued, that level is not the innermost open one
+    # (a level was opened inside it, or it has ended or begun to end: what is queued from then
+    # on would be written after its savepoint is released or rolled back, outside it).
+    cdef public int64_t expect_level
 
     def __cinit__(self):
         self.sub = NULL
-        self.expect_depth = -1
+        self.expect_level = 0
         self.queued = False
         self.finished = False
 

@@ -154,15 +154,19 @@ cdef struct WState:
     int64_t batch_max  # [init]
     # The explicit transaction: `txn` marks what submissions queued now join (0: none; set
     # when begin() asks for the connection, cleared when end() does), `txn_open` says the
-    # connection is inside it (BEGIN done, COMMIT or ROLLBACK not yet), `txn_depth` counts
-    # its levels; the first error of a write that joined it waits for end() in `txn_rc` ...
+    # connection is inside it (BEGIN done, COMMIT or ROLLBACK not yet), `txn_level` is the
+    # serial of the innermost open level, the one a write made in a level must expect (-1 while
+    # a level opens or ends: no such write is queued then); the first error of a write that joined it waits for end() in `txn_rc` ...
     # All [mu]; txn_open is also read unlocked by Writer.in_transaction and
     # Writer.transaction, to choose a connection for a read: whether a write joins the
     # transaction is decided under mu (_enqueue), never by that read.
     int64_t txn  # [mu]
     bint txn_open  # [mu]
     bint txn_pending  # [mu] begin() of an outermost level holds or waits for the connection
-    int64_t txn_depth  # [mu]
+    int64_t txn_level  # [mu]
+    # [mu] ends of levels begun (a block ended) and not finished: no write made in a level is
+    # queued then, and no level opens inside one (it would outlive the end's drain).
+    int txn_ending
     # [mu]; _end_level reads these four unlocked while it holds the connection, drained:
     # no batch runs then that could record an error (it clears them under mu)
     int txn_rc

@@ -247,7 +247,8 @@ class NestingError(ZarrDBError, RuntimeError):
     """A level of a transaction broke the nesting rule (docs/guide/transactions.md): it was
     entered beside another open level of the same transaction (from a sibling task or thread),
     or a level ended while a level inside it was still open, which rolls back that level with
-    everything inside it. Writes from the code of a level rolled back that way raise it too."""
+    everything inside it. Writes from the code of a level rolled back that way raise it too, as
+    do writes from a task or thread started in a level once that level's block has ended."""
 
 
 class SidecarError(CantOpenError):
