@@ -153,6 +153,18 @@ class ReportingChild:
         return ""
 
 
+def run_child(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`python -c code args...` in a child with the test build's environment, its output kept
+    as text."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=timeout,
+    )
+
+
 def sidecars(path: str | os.PathLike[str]) -> list[str]:
     """The -wal, -shm and -journal files next to `path` that exist."""
     return [s for s in ("-wal", "-shm", "-journal") if os.path.exists(f"{os.fspath(path)}{s}")]

@@ -13,14 +13,11 @@ close until the exit hook has started.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from zarrdb import _core
 
-from .helpers import child_env, header_journal_mode, sidecars
+from .helpers import header_journal_mode, run_child, sidecars
 
 pytestmark = pytest.mark.skipif(
     not _core._PAUSE_POINTS, reason="the pause points are in test builds only (ZARRDB_TEST_VFS=1)"
@@ -66,13 +63,7 @@ if not closing.wait(10):
 @pytest.mark.parametrize("run", range(2))
 def test_exit_waits_for_a_close_under_way_in_another_thread(tmp_path, run):
     path = tmp_path / "closing.zarrdb"
-    proc = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(path)],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=60,
-    )
+    proc = run_child(_CHILD, str(path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sidecars(path) == [], proc.stderr[-3000:]
     assert header_journal_mode(path) == "delete"

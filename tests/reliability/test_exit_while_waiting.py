@@ -29,7 +29,7 @@ import pytest
 
 from zarrdb import _core
 
-from .helpers import child_env, header_journal_mode, sidecars
+from .helpers import child_env, header_journal_mode, run_child, sidecars
 
 pytestmark = pytest.mark.skipif(
     not _core._PAUSE_POINTS, reason="the pause points are in test builds only (ZARRDB_TEST_VFS=1)"
@@ -85,13 +85,7 @@ print("main ends", flush=True)
 @pytest.mark.parametrize("run", range(2))
 def test_exit_with_an_async_block_waiting_for_another(tmp_path: Path, run: int) -> None:
     path = tmp_path / "waiting.zarrdb"
-    proc = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(path)],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=60,
-    )
+    proc = run_child(_CHILD, str(path))
     assert "Timeout (" not in proc.stderr, f"a hang at exit:\n{proc.stderr[-4000:]}"
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert proc.stdout.strip() == "main ends"
@@ -218,13 +212,7 @@ threading._register_atexit(at_shutdown)  # runs as the interpreter begins to end
 
 def test_an_async_block_entered_as_the_interpreter_ends_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "late.zarrdb"
-    proc = subprocess.run(
-        [sys.executable, "-c", _LATE_CHILD, str(path)],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=60,
-    )
+    proc = run_child(_LATE_CHILD, str(path))
     assert "Timeout (" not in proc.stderr, f"a hang at exit:\n{proc.stderr[-4000:]}"
     assert proc.returncode == 0, proc.stderr[-4000:]
     # Before, RuntimeError: "can't create new thread at interpreter shutdown".

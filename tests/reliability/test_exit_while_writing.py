@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import child_env
+from .helpers import child_env, run_child
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGINT"), reason="needs SIGINT")
 
@@ -118,13 +118,7 @@ def test_a_write_after_the_exit_handler_is_refused(tmp_path: Path) -> None:
     handler; zarr's event-loop thread in real life) raises ClosedError instead of opening the
     file again with nobody left to close it."""
     path = tmp_path / "late.zarrdb"
-    proc = subprocess.run(
-        [sys.executable, "-c", _LATE_CHILD, str(path)],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=DEADLINE,
-    )
+    proc = run_child(_LATE_CHILD, str(path), timeout=DEADLINE)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "late: ClosedError", (proc.stdout, proc.stderr)
     assert os.listdir(tmp_path) == ["late.zarrdb"]
