@@ -124,6 +124,12 @@ def _abandon(level: Level) -> None:
     """Roll back `level` if it was opened for a caller who is gone (interrupted by a signal as
     opening returned, or a cancelled task)."""
     level.unmark()
+    inside = INSIDE.get()
+    if any(entered is level for entered in inside):
+        # Listed, but its mark was never kept: the signal's exception came as INSIDE.set
+        # returned, before the assignment. Left listed, it would make the next block of this
+        # context look like code of an ended level (NestingError).
+        INSIDE.set(tuple(entered for entered in inside if entered is not level))
     if level.is_open:
         with contextlib.suppress(Exception):
             level.writer.end_level(level, False)
