@@ -215,10 +215,14 @@ def test_an_async_block_entered_as_the_interpreter_ends_is_refused(tmp_path: Pat
     proc = run_child(_LATE_CHILD, str(path))
     assert "Timeout (" not in proc.stderr, f"a hang at exit:\n{proc.stderr[-4000:]}"
     assert proc.returncode == 0, proc.stderr[-4000:]
-    # Before, RuntimeError: "can't create new thread at interpreter shutdown".
-    assert proc.stdout.strip() == "late: ['ClosedError']", proc.stdout
+    # Before, RuntimeError: "can't create new thread at interpreter shutdown". CPython 3.11
+    # still starts threads there: the block waits in one as at any other time, and commits
+    # before the exit hook closes the store.
+    ending_refuses_threads = sys.version_info >= (3, 12)
+    expected = "ClosedError" if ending_refuses_threads else "committed"
+    assert proc.stdout.strip() == f"late: ['{expected}']", proc.stdout
     assert sidecars(path) == [], proc.stderr[-3000:]
     assert header_journal_mode(path) == "delete"
     with sqlite3.connect(path) as db:
         keys = {k for (k,) in db.execute("SELECT k FROM zarr")}
-    assert keys == {"a"}, keys
+    assert keys == ({"a"} if ending_refuses_threads else {"a", "b"}), keys
