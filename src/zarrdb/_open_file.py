@@ -423,10 +423,13 @@ class OpenFileHolder:
             file = self._current_file().open()
         # Checked with the file in hand: a close() from another thread before this fails the
         # check, one after it fails the write (its writer is closed); neither is written into
-        # the file opened again meanwhile. (Code in no transaction level, the common case,
-        # costs one look at the context.)
+        # the file opened again meanwhile. A level keeps the writer it was opened on: one
+        # whose file close() has marked closed, though its writer is not closed yet, is over
+        # too (the write would go, plain, to the file opened again). (Code in no transaction
+        # level, the common case, costs one look at the context.)
         if INSIDE.get():
-            check_inside(self._spec.key)
+            submitter = file.submitter
+            check_inside(self._spec.key, submitter.writer if submitter is not None else None)
         return file
 
     def _submitter(self) -> Submitter:

@@ -52,11 +52,13 @@ S = TypeVar("S")  # the session a Transaction gives when entered (the store)
 INSIDE: ContextVar[tuple[Level, ...]] = ContextVar("zarrdb_transactions", default=())
 
 
-def check_inside(owner: object) -> None:
+def check_inside(owner: object, writer: Writer | None = None) -> None:
     """Raise if the calling code is inside a level of `owner`'s transactions that can no longer
     be written: ClosedError if the open file it belongs to was closed (or is the parent
-    process's), NestingError if the level around it ended first and rolled it back, or if
-    another level is open inside it (a write from its code would be undone with that level)."""
+    process's), or if `writer`, the one the write would go to, is not the level's (the store
+    has another open file: the level's is closing, even if its writer is not closed yet);
+    NestingError if the level around it ended first and rolled it back, or if another level is
+    open inside it (a write from its code would be undone with that level)."""
     inside = INSIDE.get()
     if not inside:
         return
@@ -64,7 +66,7 @@ def check_inside(owner: object) -> None:
         if level.owner is not owner:
             continue
         if level.is_open:
-            if not level.usable:
+            if not level.usable or (writer is not None and level.writer is not writer):
                 raise errors.ClosedError(
                     f"the transaction on {level.writer.path!r} this code writes in is over: the "
                     "store was closed (or the transaction is another process's) before its "

@@ -21,7 +21,7 @@ import pytest
 
 from core.helpers import child_report, fork_child
 from store.helpers import attempt, buf, committed
-from zarrdb import SQLiteStore, errors
+from zarrdb import SQLiteStore, _core, _pause, errors
 
 DEADLINE = 20  # seconds
 
@@ -86,6 +86,65 @@ async def test_close_under_an_async_block_fails_its_later_writes(tmp_path: Path)
         store.close()
     assert isinstance(outcome["txn/2"], errors.ClosedError), outcome
     assert committed(path) == {"after"}
+
+
+@pytest.mark.skipif(
+    not _core._PAUSE_POINTS, reason="the pause points are in test builds only (ZARRDB_TEST_VFS=1)"
+)
+def test_a_write_while_close_is_under_way_does_not_reopen_the_store(tmp_path: Path) -> None:
+    """close() from another thread has marked the open file closed but not yet closed its
+    writer (held at the point `writing.close`) when the block writes. That write must fail
+    with ClosedError: it used to open the store again and, once close() had rolled back the
+    transaction and let go of the lock, commit there on its own, though the block then raised
+    ClosedError saying nothing of it was written."""
+    path = tmp_path / "closing-under.zarrdb"
+    store = SQLiteStore(path)
+    store.set_sync("before", buf(b"b"))
+    outcome: dict[str, object] = {}
+    inside, closing, written = (threading.Event() for _ in range(3))
+    closer: list[threading.Thread] = []
+    blocker: list[threading.Thread] = []
+
+    def hook(name: str) -> None:
+        if name == "writing.close" and closer and threading.current_thread() is closer[0]:
+            closing.set()
+            assert written.wait(DEADLINE)
+        elif (name == "submit.queued" and closing.is_set()
+              and threading.current_thread() is blocker[0]):
+            # Queued (on the old code, on the store opened again): close() may go on, and
+            # roll back the transaction, which let that write be committed.
+            written.set()
+
+    def block() -> None:
+        with store.transaction():
+            inside.set()
+            assert closing.wait(DEADLINE)
+            try:
+                attempt(lambda: store.set_sync("txn/1", buf(b"1")), outcome, "txn/1")
+            finally:
+                written.set()
+            closer[0].join(DEADLINE)  # the block ends once close() is done
+
+    _pause.arm(hook)
+    try:
+        thread = threading.Thread(target=attempt, args=(block, outcome, "block"), daemon=True)
+        blocker.append(thread)
+        thread.start()
+        assert inside.wait(DEADLINE)
+        closer.append(threading.Thread(target=attempt, args=(store.close, outcome, "close")))
+        closer[0].start()
+        thread.join(DEADLINE)
+        closer[0].join(DEADLINE)
+        assert not thread.is_alive() and not closer[0].is_alive()
+    finally:
+        _pause.disarm()
+        closing.set()
+        written.set()
+        store.close()
+    assert outcome["close"] == "done", outcome
+    for name in ("txn/1", "block"):
+        assert isinstance(outcome[name], errors.ClosedError), (name, outcome)
+    assert committed(path) == {"before"}
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
