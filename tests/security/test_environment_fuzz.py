@@ -105,14 +105,15 @@ def _planted_wal(path: Path, into: Path) -> None:
 
 
 SUFFIX = {"-wal of another copy": "-wal", "empty -wal": "-wal", "junk -shm": "-shm",
-          "empty -journal": "-journal", "junk -journal": "-journal"}  # fmt: skip
+          "empty -journal": "-journal", "junk -journal": "-journal",
+          "-journal of holes": "-journal"}  # fmt: skip
 
 # What each part of a case may be (test_cli_fuzz.py draws from these too).
 CHOICES = {
     "base": ["sound", "bomb"],
     "size": ["as is", "sparse, header says", "sparse, count ignored", "padded", "cut"],
     "sidecar": [None, "-wal of another copy", "empty -wal", "junk -shm", "empty -journal",
-                "junk -journal"],
+                "junk -journal", "-journal of holes"],
     "owner": ["mine", "nobody"] if IS_ROOT else ["mine"],
     "mode": [0o600, 0o644, 0o664, 0o666],
     "kind": ["file", "file", "file", "fifo", "link"],
@@ -135,8 +136,8 @@ def _build(folder: Path, n: int, spec: dict) -> dict:
         else:
             if side == "-wal of another copy":
                 _planted_wal(path, target)
-            elif side.startswith("empty"):
-                target.write_bytes(b"")
+            elif side.startswith("empty") or side == "-journal of holes":
+                target.write_bytes(b"")  # (the one of holes is made as long as the file below)
             else:
                 target.write_bytes(os.urandom(4096))
             os.chmod(target, spec["mode"])
@@ -150,6 +151,8 @@ def _build(folder: Path, n: int, spec: dict) -> dict:
         os.truncate(path, size + PAGE)
     elif spec["size"] == "cut":
         os.truncate(path, size - PAGE)
+    if side == "-journal of holes" and spec["served"] is None and spec["kind"] == "file":
+        os.truncate(f"{path}-journal", path.stat().st_size)  # no data, the file's length
     expected = _digests(_entries())
     return {"name": f"{n}: {spec}", "target": str(path), "expected": expected,
             "served": spec["served"]}  # fmt: skip
