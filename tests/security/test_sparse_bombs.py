@@ -231,18 +231,22 @@ def test_a_sparse_copy_of_a_sound_file_opens(tmp_path):
         assert out.returncode == 0, (command, out.stdout, out.stderr)
 
 
-def test_a_snapshot_of_a_served_terabyte_is_refused_for_room(served_bomb, tmp_path):
+@pytest.mark.parametrize(
+    "command, says", [("snapshot", "needs 1.0 TiB"), ("copy", f"needs {TIB:,} bytes")]
+)
+def test_a_whole_copy_of_a_served_terabyte_is_refused_for_room(tmp_path, command, says):
     """A server stating 1 TiB, the header agreeing (zeros past 11 KB): `snapshot` copied it
-    page by page for hours; now it is refused before a page is copied when the destination's
-    folder has no room for it."""
+    page by page for hours, and `copy URL new.zarrdb`, which downloads the file whole,
+    downloaded zeros for hours; now each is refused before a byte is copied when the
+    destination's folder has no room for it."""
     if shutil.disk_usage(tmp_path).free >= TIB:
         pytest.skip("this folder has room for a terabyte")
     data = claiming(sound_file(tmp_path / "sound.zarrdb").read_bytes(), TIB // PAGE)
     with HostileServer(data, "claim_size", huge=TIB) as server:
-        out = run_measured("snapshot", server.url(), tmp_path / "copy.zarrdb",
+        out = run_measured(command, server.url(), tmp_path / "copy.zarrdb",
                            "--storage-option", "max_retries=0", timeout=20)  # fmt: skip
     assert out.returncode == 2, out.stderr
-    assert "needs 1.0 TiB" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert says in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "copy.zarrdb").exists()
 
 
@@ -278,21 +282,6 @@ def test_a_backup_hears_ctrl_c(tmp_path):
             raise AssertionError("the backup did not stop within 19 s of Ctrl-C") from None
     assert out.stdout.startswith("interrupted after"), (out.stdout, out.stderr[-2000:])
     assert float(out.stdout.split()[-1]) < 2.0, out.stdout
-
-
-def test_a_copy_of_a_served_terabyte_is_refused_for_room(tmp_path):
-    """`copy URL new.zarrdb` downloads the file whole: a server stating 1 TiB (the header
-    agreeing) made it download zeros for hours; now the download is refused first when the
-    folder has no room."""
-    if shutil.disk_usage(tmp_path).free >= TIB:
-        pytest.skip("this folder has room for a terabyte")
-    data = claiming(sound_file(tmp_path / "sound.zarrdb").read_bytes(), TIB // PAGE)
-    with HostileServer(data, "claim_size", huge=TIB) as server:
-        out = run_measured("copy", server.url(), tmp_path / "copy.zarrdb",
-                           "--storage-option", "max_retries=0", timeout=20)  # fmt: skip
-    assert out.returncode == 2, out.stderr
-    assert f"needs {TIB:,} bytes" in out.stderr and len(out.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "copy.zarrdb").exists()
 
 
 _VACUUM_CHILD = """
