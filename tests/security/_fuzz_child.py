@@ -49,13 +49,28 @@ def _reset_peak() -> int:
     return _status("VmHWM")
 
 
+def _read(opened, how: str | None) -> None:  # noqa: ANN001
+    """What a case reads after the open: everything ("whole"), the last two values of each
+    variable ("part": of a shard, by byte ranges), or nothing."""
+    if how == "whole":
+        opened.load()
+    elif how == "part":
+        for variable in opened.data_vars.values():
+            if variable.ndim:
+                variable.isel({variable.dims[0]: slice(-2, None)}).load()
+
+
 def _open_xarray(case: dict) -> str:
     try:
         if case["open"] == "datatree":
             opened = xr.open_datatree(case["path"], engine="zarrdb")
         else:
-            opened = xr.open_dataset(case["path"], engine="zarrdb", group=case.get("group"))
-        opened.close()
+            opened = xr.open_dataset(case["path"], engine="zarrdb", group=case.get("group"),
+                                     consolidated=case.get("consolidated"))  # fmt: skip
+        try:
+            _read(opened, case.get("read"))
+        finally:
+            opened.close()
     except errors.ZarrDBError as exc:
         return f"refused: {type(exc).__name__}"
     except NOT_CLEAN as exc:

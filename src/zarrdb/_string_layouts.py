@@ -1,0 +1,301 @@
+"""How an array's chunks reach a decoder of variable-length strings, read from its metadata.
+
+A layout says, for the stored bytes of one chunk, which codecs decode them before numcodecs'
+`vlen-utf8`, `vlen-bytes` or `vlen-array` decoder gets them (`Strings`), or, for a sharded
+array, how to find the inner chunks in a shard and the layout of each (`Shard`; shards nest).
+
+Every source of metadata zarr may use is read, not only the array's own: `Claims` gathers,
+for one path, what its own `zarr.json` or `.zarray` says and what the consolidated metadata
+it holds (a v3 group's `consolidated_metadata`, or a v2 `.zmetadata`) says of each path below. A file whose sources disagree is checked against every
+layout any of them gives, since xarray may open it through any of them.
+
+Nothing here reads the store or decodes a chunk: `_string_chunks` does, with these.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from types import SimpleNamespace
+from typing import Any
+
+from zarrdb import errors
+
+# numcodecs' decoders that read an item count from a chunk's first four bytes and make that
+# many objects before reading on; each item then takes at least four bytes (its length).
+_V2_VLEN = ("vlen-utf8", "vlen-bytes", "vlen-array")
+NO_ENTRY = (1 << 64) - 1  # a shard index's offset and length of an inner chunk not stored
+
+
+@functools.cache
+def spec() -> Any:
+    """What a bytes-to-bytes codec needs of a chunk's spec: only where to put its output."""
+    from zarr.core.buffer import default_buffer_prototype
+
+    return SimpleNamespace(prototype=default_buffer_prototype())
+
+
+class Strings:
+    """Chunks decoded by a vlen decoder: the values a chunk holds (None if the metadata does not
+    say), and the codecs (zarr v3 bytes-to-bytes codecs, or numcodecs codecs for v2) that
+    decode the stored bytes first, in the order they were applied when writing."""
+
+    def __init__(self, values: int | None, after: list[Any], v2: bool) -> None:
+        self.values = values
+        self.after = after
+        self.v2 = v2
+
+    def check(self, key: str, raw: bytes, filename: str) -> None:
+        """DamagedChunkError if `raw`, the bytes the vlen decoder gets, states more items than
+        it can hold or than the chunk has values."""
+        if len(raw) < 4:
+            return  # numcodecs refuses it before allocating
+        count = int.from_bytes(raw[:4], "little")
+        room = (len(raw) - 4) // 4
+        limit = room if self.values is None else min(room, self.values)
+        if count <= limit:
+            return
+        why = (
+            f"its {len(raw):,} bytes hold at most {room:,}"
+            if count > room
+            else f"the array's chunks hold {self.values:,}"
+        )
+        raise errors.DamagedChunkError(
+            f"{filename!r}: the chunk {key!r} of strings says it holds {count:,} of them, but "
+            f"{why}: it is damaged or crafted, and is not decoded (the decoder would allocate "
+            "that many before finding out)"
+        )
+
+
+class Shard:
+    """Chunks that are shards (zarr v3's `sharding_indexed`): `after` decodes the stored bytes
+    into a shard; its index, `entries` pairs of 64-bit (offset, length) encoded by `index_after`
+    (bytes-to-bytes codecs) in `endian` order, lies at its start or end, and each inner chunk
+    it points to has the layout `inner`."""
+
+    def __init__(
+        self,
+        after: list[Any],
+        entries: int,
+        at_end: bool,
+        endian: str,
+        index_after: list[Any],
+        inner: Strings | Shard,
+    ) -> None:
+        self.after = after
+        self.entries = entries
+        self.at_end = at_end
+        self.endian = endian
+        self.index_after = index_after
+        self.inner = inner
+        size = 16 * entries
+        for codec in index_after:  # NotImplementedError for a codec of variable size
+            size = codec.compute_encoded_size(size, spec())
+        self.index_size = size
+
+    def index_of(self, shard: bytes) -> bytes | None:
+        """The encoded index of a whole decoded shard; None if the shard is too short to hold
+        one (zarr refuses it too)."""
+        if len(shard) < self.index_size:
+            return None
+        return shard[len(shard) - self.index_size :] if self.at_end else shard[: self.index_size]
+
+    def pairs(self, index: bytes) -> list[tuple[int, int]]:
+        """The (start, end) of each stored inner chunk, from the decoded index bytes; as zarr
+        computes them (in 64 bits: an end past 2^64 wraps below its start, an empty slice)."""
+        import numpy as np
+
+        if len(index) != 16 * self.entries:
+            return []  # zarr refuses an index of another size
+        dtype = np.dtype("<u8" if self.endian == "little" else ">u8")
+        table = np.frombuffer(index, dtype).reshape(-1, 2)
+        stored = table[~((table[:, 0] == NO_ENTRY) & (table[:, 1] == NO_ENTRY))]
+        return [(int(o), (int(o) + int(n)) % (1 << 64)) for o, n in stored.tolist()]
+
+
+class Refused:
+    """An array whose chunks may reach a vlen decoder through a layout the check cannot
+    follow (a shard index with array-to-array codecs, shards on an irregular grid): its chunks
+    are refused rather than decoded unchecked."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def refuse(self, key: str, filename: str) -> None:
+        raise errors.DamagedChunkError(
+            f"{filename!r}: the chunk {key!r} may hold strings through {self.why}, which zarrdb "
+            "cannot check before they are decoded; it is not read"
+        )
+
+
+Layout = Strings | Shard | Refused
+
+
+def _shape(shape: Any) -> list[int] | None:
+    """A chunk shape from metadata, if it is one."""
+    if not isinstance(shape, list) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
+    ):
+        return None
+    return shape
+
+
+def _values(shape: Any) -> int | None:
+    checked = _shape(shape)
+    return None if checked is None else math.prod(checked)
+
+
+def _codec(config: Any) -> tuple[type[Any], Any]:
+    """The zarr codec class of a v3 codec entry, and its configuration as a dict."""
+    from zarr.registry import get_codec_class
+
+    if isinstance(config, str):
+        config = {"name": config}
+    if not isinstance(config, dict) or not isinstance(config.get("name"), str):
+        raise ValueError("not a codec")
+    return get_codec_class(config["name"]), config
+
+
+def v3_codecs(codecs: Any, chunk_shape: Any) -> Layout | None:
+    """The layout of chunks of `chunk_shape` stored through the v3 `codecs`; None if they reach
+    no vlen decoder. KeyError, TypeError or ValueError where zarr cannot build the codecs."""
+    from zarr.abc.codec import ArrayBytesCodec, BytesBytesCodec
+    from zarr.codecs import ShardingCodec, VLenBytesCodec, VLenUTF8Codec
+
+    if not isinstance(codecs, list):
+        raise ValueError("no list of codecs")
+    classes = [_codec(c) for c in codecs]
+    at = next((i for i, (cls, _) in enumerate(classes) if issubclass(cls, ArrayBytesCodec)), None)
+    if at is None:
+        return None
+    cls, config = classes[at]
+    after = [c.from_dict(conf) for c, conf in classes[at + 1 :] if issubclass(c, BytesBytesCodec)]
+    if issubclass(cls, (VLenUTF8Codec, VLenBytesCodec)):
+        return Strings(_values(chunk_shape), after, v2=False)
+    if not issubclass(cls, ShardingCodec):
+        return None
+    conf = config.get("configuration") or {}
+    inner_shape = conf.get("chunk_shape")
+    inner = v3_codecs(conf.get("codecs"), inner_shape)
+    if inner is None:
+        return None
+    if isinstance(inner, Refused):
+        return inner
+    shard_shape, inner_chunk = _shape(chunk_shape), _shape(inner_shape)
+    if shard_shape is None or inner_chunk is None:
+        return Refused("shards whose shape the metadata does not state")
+    if len(shard_shape) != len(inner_chunk) or 0 in inner_chunk:
+        raise ValueError("inner chunks that do not tile the shard")
+    entries = math.prod(s // c for s, c in zip(shard_shape, inner_chunk, strict=True))
+    index_codecs = conf.get("index_codecs", ["bytes", "crc32c"])
+    if not isinstance(index_codecs, list):
+        raise ValueError("no list of index codecs")
+    index = [_codec(c) for c in index_codecs]
+    makes_bytes = [issubclass(c, ArrayBytesCodec) for c, _ in index]
+    if True not in makes_bytes:
+        raise ValueError("no index codec makes bytes")
+    at = makes_bytes.index(True)
+    if not all(issubclass(c, BytesBytesCodec) for c, _ in index[at + 1 :]):
+        raise ValueError("index codecs out of order")
+    if at != 0:
+        return Refused("a shard index with array-to-array codecs")
+    endian = (index[0][1].get("configuration") or {}).get("endian", "little")
+    at_end = conf.get("index_location", "end") != "start"
+    try:
+        return Shard(after, entries, at_end, endian, [c.from_dict(x) for c, x in index[1:]], inner)
+    except NotImplementedError:
+        return Refused("a shard index of variable size")
+
+
+def v3_array(doc: dict[str, Any]) -> Layout | None:
+    """The layout of a v3 array's chunks, from its metadata document."""
+    grid = doc.get("chunk_grid")
+    shape = None
+    if isinstance(grid, dict) and grid.get("name") == "regular":
+        shape = (grid.get("configuration") or {}).get("chunk_shape")
+    return v3_codecs(doc.get("codecs"), shape)
+
+
+def v2_array(doc: dict[str, Any]) -> Layout | None:
+    """The layout of a v2 array's chunks, from its `.zarray`. zarr decodes a v2 chunk with its
+    compressor, then its filters from the last to the first: the vlen decoder met first in
+    that order gets bytes (as a compressor, the stored bytes themselves)."""
+    import numcodecs
+    from numcodecs.registry import codec_registry
+
+    filters = doc.get("filters") or []
+    compressor = doc.get("compressor")
+    chain = [*filters, *([compressor] if compressor else [])]
+    ids = [c.get("id") if isinstance(c, dict) else None for c in chain]
+    vlen = tuple(codec_registry[name] for name in _V2_VLEN if name in codec_registry)
+    at = next(
+        (
+            i
+            for i in reversed(range(len(ids)))
+            if isinstance(ids[i], str) and issubclass(codec_registry.get(ids[i], object), vlen)
+        ),
+        None,
+    )
+    if at is None:
+        return None
+    after = [numcodecs.get_codec(dict(c)) for c in chain[at + 1 :]]
+    return Strings(_values(doc.get("chunks")), after, v2=True)
+
+
+class Claims:
+    """What one node's metadata, and the consolidated metadata it holds, say of the layouts of
+    the arrays at paths relative to it ("" for itself): only the arrays whose chunks reach a
+    vlen decoder are kept."""
+
+    def __init__(self) -> None:
+        self.layouts: dict[str, list[Layout]] = {}
+
+    def add(self, relative: str, layout: Layout | None) -> None:
+        if layout is not None:
+            self.layouts.setdefault(relative, []).append(layout)
+
+    def read_v3(self, doc: Any) -> None:
+        """A `zarr.json`: an array, or a group with consolidated metadata."""
+        if not isinstance(doc, dict):
+            return
+        if doc.get("node_type") == "array":
+            self.add("", _guarded(v3_array, doc))
+            return
+        consolidated = doc.get("consolidated_metadata")
+        members = consolidated.get("metadata") if isinstance(consolidated, dict) else None
+        if not isinstance(members, dict):
+            return
+        for name, member in members.items():
+            # (flat: "g/s" for an array in the group "g". zarr reads only the consolidated
+            # metadata of the group it opens; a group's entry there holding its own is unused)
+            if isinstance(name, str) and isinstance(member, dict):
+                if member.get("node_type") == "array":
+                    self.add(name, _guarded(v3_array, member))
+
+    def read_v2(self, doc: Any) -> None:
+        """A `.zarray`."""
+        if isinstance(doc, dict):
+            self.add("", _guarded(v2_array, doc))
+
+    def read_v2_consolidated(self, doc: Any) -> None:
+        """A `.zmetadata`: its `metadata` maps `path/.zarray` to each array's."""
+        members = doc.get("metadata") if isinstance(doc, dict) else None
+        if not isinstance(members, dict):
+            return
+        for name, member in members.items():
+            if isinstance(name, str) and (name == ".zarray" or name.endswith("/.zarray")):
+                self.read_v2_at(name[: -len(".zarray")].rstrip("/"), member)
+
+    def read_v2_at(self, path: str, doc: Any) -> None:
+        if isinstance(doc, dict):
+            self.add(path, _guarded(v2_array, doc))
+
+
+def _guarded(parse: Any, doc: dict[str, Any]) -> Layout | None:
+    """`parse(doc)`, or None where zarr cannot build the array's codecs either (it refuses the
+    array when it opens it, before reading a chunk)."""
+    try:
+        layout: Layout | None = parse(doc)
+    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError, OverflowError):
+        return None
+    return layout

@@ -1,0 +1,329 @@
+"""Chunks of strings reached by every layout zarr reads (issue 37, after finding 5).
+
+The xarray backend checks a chunk of strings before numcodecs decodes it (a junk count in its
+first bytes made the decoder allocate gigabytes). The check read each array's own metadata, and
+only whole chunks; a file of 384 KB still made xarray allocate 1.6 GB three ways: consolidated
+metadata saying an array holds strings while its own `zarr.json` is gone or says otherwise
+(xarray opens through the consolidated metadata first), `vlen-utf8` inside a shard (inner
+chunks, read by byte ranges), and `vlen-utf8` as a Zarr v2 compressor. A fourth: metadata at a
+path above a group (here an array at "a") hid the arrays below it from the check.
+
+Each file here is made by hand with the standard library's sqlite3 (tests/format/builders.py).
+A junk count of 20 million items is 160 MB of objects: well within the machine, well over what
+a refused read takes (measured with tracemalloc).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import struct
+import tracemalloc
+
+import numcodecs
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from zarr.abc.store import Store
+
+from format import builders
+from zarrdb import SQLiteStore, errors
+from zarrdb._string_chunks import CheckedStrings
+
+COUNT = 20_000_000
+JUNK = COUNT.to_bytes(4, "little") + b"\x01\x00\x00\x00a" * 2  # says 20 million, holds 2
+PEAK = 50_000_000
+
+
+def good(*items: str) -> bytes:
+    """A sound vlen-utf8 chunk of `items`."""
+    return len(items).to_bytes(4, "little") + b"".join(
+        len(s.encode()).to_bytes(4, "little") + s.encode() for s in items
+    )
+
+
+def shard(inner: list[bytes | None], *, at_end: bool = True) -> bytes:
+    """A shard of the inner chunks `inner` (None: not stored), its index in bytes-little order
+    without a checksum (index codecs [bytes])."""
+    body, index, offset = b"", [], 16 * len(inner) if not at_end else 0
+    for chunk in inner:
+        if chunk is None:
+            index.append((2**64 - 1, 2**64 - 1))
+            continue
+        index.append((offset + len(body), len(chunk)))
+        body += chunk
+    table = b"".join(struct.pack("<QQ", o, n) for o, n in index)
+    return body + table if at_end else table + body
+
+
+def sharding(chunk: int, codecs: list, *, at_end: bool = True) -> dict:
+    return {"name": "sharding_indexed", "configuration": {
+        "chunk_shape": [chunk], "codecs": codecs,
+        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+        "index_location": "end" if at_end else "start"}}  # fmt: skip
+
+
+def array(n: int, chunk: int, codecs: list, dtype: str = "string", dim: str = "x") -> dict:
+    fill = "" if dtype == "string" else 0
+    return {
+        "zarr_format": 3, "node_type": "array", "shape": [n], "data_type": dtype,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [chunk]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": fill, "codecs": codecs, "attributes": {}, "dimension_names": [dim],
+    }  # fmt: skip
+
+
+INTS = [{"name": "bytes", "configuration": {"endian": "little"}}]
+GROUP = {"zarr_format": 3, "node_type": "group", "attributes": {}}
+
+
+def group(members: dict | None = None) -> bytes:
+    doc = dict(GROUP)
+    if members is not None:
+        doc["consolidated_metadata"] = {"kind": "inline", "must_understand": False,
+                                        "metadata": members}  # fmt: skip
+    return json.dumps(doc).encode()
+
+
+def make(path, rows: dict[str, bytes | dict]) -> str:
+    entries = {k: json.dumps(v).encode() if isinstance(v, dict) else v for k, v in rows.items()}
+    builders.make_store_file(path, entries=entries)
+    return str(path)
+
+
+def refused(action, key: str) -> None:
+    """`action()` raises DamagedChunkError naming `key`, within PEAK bytes of Python memory."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(errors.DamagedChunkError, match=repr(key)):
+            action()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < PEAK, peak
+
+
+def load(path, **kwargs):
+    def action():
+        with xr.open_dataset(path, engine="zarrdb", **kwargs) as ds:
+            ds.load()
+
+    return action
+
+
+# -- consolidated metadata --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("own", ["deleted", "ints", "group"])
+def test_consolidated_metadata_saying_strings_is_checked_whatever_the_arrays_own_says(
+    tmp_path, own
+):
+    """xarray opens through the consolidated metadata: the root's says "s" holds strings, while
+    "s/zarr.json" is gone, says 64-bit integers, or says a group. The chunk is checked against
+    the layout the consolidated metadata gives."""
+    strings = array(4, 4, [{"name": "vlen-utf8"}], dim="x")
+    ints = array(4, 4, INTS, dtype="int64", dim="x")
+    rows: dict[str, bytes | dict] = {
+        "zarr.json": group({"s": strings, "x": ints}),
+        "x/zarr.json": ints, "x/c/0": np.arange(4, dtype="<i8").tobytes(), "s/c/0": JUNK,
+    }  # fmt: skip
+    if own == "ints":
+        rows["s/zarr.json"] = ints
+    elif own == "group":
+        rows["s/zarr.json"] = GROUP
+    path = make(tmp_path / "consolidated.zarrdb", rows)
+    refused(load(path), "s/c/0")
+
+
+def test_v2_consolidated_metadata_saying_strings_is_checked(tmp_path):
+    """The same through a v2 hierarchy's .zmetadata: the array's own .zarray says int64 with no
+    filter; the consolidated one says an object array with the vlen-utf8 filter."""
+    own = {"zarr_format": 2, "shape": [4], "chunks": [4], "dtype": "<i8", "fill_value": 0,
+           "order": "C", "filters": None, "compressor": None, "dimension_separator": "."}  # fmt: skip
+    said = dict(own, dtype="|O", fill_value=None, filters=[{"id": "vlen-utf8"}])
+    attrs = {"_ARRAY_DIMENSIONS": ["x"]}
+    consolidated = {"zarr_consolidated_format": 1, "metadata": {
+        ".zgroup": {"zarr_format": 2}, "s/.zarray": said, "s/.zattrs": attrs}}  # fmt: skip
+    path = make(tmp_path / "v2.zarrdb", {
+        ".zgroup": {"zarr_format": 2}, ".zmetadata": consolidated, "s/.zarray": own,
+        "s/.zattrs": attrs, "s/0": JUNK})  # fmt: skip
+    refused(load(path), "s/0")
+
+
+def test_consolidated_metadata_of_the_root_is_checked_for_a_subgroups_arrays(tmp_path):
+    """open_datatree opens the root through its consolidated metadata, which names "g/s" (an
+    array of strings) while "g/s" has no metadata of its own."""
+    strings = array(4, 4, [{"name": "vlen-utf8"}])
+    path = make(tmp_path / "tree.zarrdb", {
+        "zarr.json": group({"g": GROUP, "g/s": strings}), "g/zarr.json": GROUP,
+        "g/s/c/0": JUNK})  # fmt: skip
+
+    def tree():
+        with xr.open_datatree(path, engine="zarrdb") as dt:
+            dt.load()
+
+    refused(tree, "g/s/c/0")
+
+
+def test_an_array_above_a_group_does_not_hide_the_arrays_below(tmp_path):
+    """zarr opens a group by its path without looking at the paths above it: "a" says it is an
+    array of integers, "a/b" a group holding strings. Opening group "a/b" reads "a/b/s/c/0"."""
+    path = make(tmp_path / "above.zarrdb", {
+        "zarr.json": group(), "a/zarr.json": array(4, 4, INTS, dtype="int64"),
+        "a/b/zarr.json": group(), "a/b/s/zarr.json": array(4, 4, [{"name": "vlen-utf8"}]),
+        "a/b/s/c/0": JUNK})  # fmt: skip
+    refused(load(path, group="a/b", consolidated=False), "a/b/s/c/0")
+
+
+# -- shards -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("at_end", [True, False], ids=["index at end", "index at start"])
+def test_a_junk_inner_chunk_of_a_whole_shard_is_refused(tmp_path, at_end):
+    """A shard read whole (a dimension coordinate, loaded at open): every inner chunk its index
+    points to is checked, here the third of four."""
+    codecs = [sharding(2, [{"name": "vlen-utf8"}], at_end=at_end)]
+    path = make(tmp_path / "shard.zarrdb", {
+        "zarr.json": group(), "x/zarr.json": array(8, 8, codecs),
+        "x/c/0": shard([good("a", "b"), good("c", "d"), JUNK, None], at_end=at_end)})  # fmt: skip
+    refused(load(path), "x/c/0")
+
+
+def _partial(tmp_path, inner_codecs: list, chunks: list[bytes | None]) -> str:
+    """A data variable "s" of 8 strings in one shard of four inner chunks of 2, on an integer
+    coordinate "x"."""
+    return make(tmp_path / "part.zarrdb", {
+        "zarr.json": group(), "x/zarr.json": array(8, 8, INTS, dtype="int64"),
+        "x/c/0": np.arange(8, dtype="<i8").tobytes(),
+        "s/zarr.json": array(8, 8, [sharding(2, inner_codecs)]), "s/c/0": shard(chunks)})  # fmt: skip
+
+
+def test_a_junk_inner_chunk_read_by_its_byte_range_is_refused(tmp_path):
+    """Part of a shard is read by byte ranges (zarr reads the index, then the inner chunks it
+    needs): the inner chunk read is checked, and a sound one beside it reads."""
+    path = _partial(tmp_path, [{"name": "vlen-utf8"}],
+                    [good("a", "b"), good("c", "d"), good("e", "f"), JUNK])  # fmt: skip
+
+    def last():
+        with xr.open_dataset(path, engine="zarrdb") as ds:
+            ds["s"].isel(x=slice(6, 8)).load()
+
+    refused(last, "s/c/0")
+    with xr.open_dataset(path, engine="zarrdb") as ds:
+        assert list(ds["s"].isel(x=slice(2, 4)).values) == ["c", "d"]
+
+
+def test_a_junk_inner_chunk_of_a_shard_in_a_shard_is_refused(tmp_path):
+    """Shards nest: the inner chunks of an inner shard are checked too."""
+    inner = [sharding(1, [{"name": "vlen-utf8"}])]
+    path = _partial(tmp_path, inner, [shard([good("a"), good("b")]), shard([good("c"), JUNK]),
+                                      None, None])  # fmt: skip
+    refused(load(path), "s/c/0")
+
+
+def test_a_compressed_inner_chunk_is_checked_decompressed(tmp_path):
+    zstd = {"name": "zstd", "configuration": {"level": 0, "checksum": False}}
+    junk = numcodecs.Zstd().encode(JUNK)
+    path = _partial(tmp_path, [{"name": "vlen-utf8"}, zstd], [junk, None, None, None])
+    refused(load(path), "s/c/0")
+
+
+# -- zarr v2 ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["compressor", "filter after a compressor"])
+def test_a_v2_vlen_codec_is_checked_wherever_it_stands(tmp_path, where):
+    """zarr decodes a v2 chunk with its compressor, then its filters: vlen-utf8 as the
+    compressor gets the stored bytes themselves."""
+    meta = {"zarr_format": 2, "shape": [4], "chunks": [4], "dtype": "|O", "fill_value": None,
+            "order": "C", "dimension_separator": "."}  # fmt: skip
+    if where == "compressor":
+        meta.update(filters=None, compressor={"id": "vlen-utf8"})
+        chunk = JUNK
+    else:
+        meta.update(filters=[{"id": "vlen-utf8"}], compressor={"id": "zstd", "level": 1})
+        chunk = numcodecs.Zstd(level=1).encode(JUNK)
+    path = make(tmp_path / "v2.zarrdb", {
+        ".zgroup": {"zarr_format": 2}, "s/.zarray": meta,
+        "s/.zattrs": {"_ARRAY_DIMENSIONS": ["x"]}, "s/0": chunk})  # fmt: skip
+    refused(load(path, consolidated=False), "s/0")
+
+
+# -- what reads as before ----------------------------------------------------------------------
+
+
+NAMES = np.array([f"station-{i}" for i in range(1000)])
+
+
+@pytest.mark.parametrize("format", [2, 3])
+def test_sound_strings_written_by_zarr_read_through_every_layout(tmp_path, format):
+    """Strings written by zarr (consolidated; sharded in v3) read whole and in parts."""
+    path = tmp_path / f"names{format}.zarrdb"
+    ds = xr.Dataset({"s": ("x", NAMES.astype(object))}, coords={"x": NAMES.astype(object)})
+    encoding = {"s": {"chunks": (100,)}}
+    if format == 3:
+        encoding["s"]["shards"] = (500,)
+    with SQLiteStore(path) as store:
+        ds.to_zarr(store, zarr_format=format, consolidated=True, encoding=encoding)
+    for consolidated in (True, False):
+        with xr.open_dataset(path, engine="zarrdb", consolidated=consolidated) as got:
+            assert list(got["x"].values) == list(NAMES)
+            assert list(got["s"].isel(x=slice(120, 130)).values) == list(NAMES[120:130])
+            assert list(got["s"].values) == list(NAMES)
+
+
+def test_every_read_method_of_zarrs_store_is_checked():
+    """A read method zarr adds to its Store would reach the store unchecked unless the wrapper
+    overrides it: each method of zarr's Store that returns stored bytes is overridden."""
+    reads = {
+        name for name, member in inspect.getmembers(Store)
+        if callable(member) and (name.startswith("get") or name in ("_get_many",))
+        and not name.startswith("getsize")
+    }  # fmt: skip
+    assert {"get", "get_partial_values", "_get_many"} <= reads, reads
+    missing = {name for name in reads if name not in vars(CheckedStrings)}
+    assert not missing, f"read methods of zarr's Store not checked: {sorted(missing)}"
+
+
+def test_a_read_of_a_sound_sharded_file_through_each_method(tmp_path):
+    """Each read method of the wrapper returns what the store holds, for a sound shard and a
+    junk one, whole and by ranges."""
+    from zarr.abc.store import RangeByteRequest, SuffixByteRequest
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    path = _partial(tmp_path, [{"name": "vlen-utf8"}],
+                    [good("a", "b"), good("c", "d"), JUNK, None])  # fmt: skip
+    proto = default_buffer_prototype()
+    with SQLiteStore(path, read_only=True) as store:
+        checked = CheckedStrings(store)
+        first = RangeByteRequest(0, len(good("a", "b")))
+        third = RangeByteRequest(2 * len(good("a", "b")), 2 * len(good("a", "b")) + len(JUNK))
+        assert sync(checked.get("s/c/0", proto, first)).to_bytes() == good("a", "b")
+        assert checked.get_sync("s/c/0", byte_range=first).to_bytes() == good("a", "b")
+        assert sync(checked.get("s/c/0", proto, SuffixByteRequest(64))) is not None  # the index
+        for read in (
+            lambda: sync(checked.get("s/c/0", proto)),
+            lambda: checked.get_sync("s/c/0"),
+            lambda: sync(checked.get("s/c/0", proto, third)),
+            lambda: checked.get_sync("s/c/0", byte_range=third),
+            lambda: sync(checked.get_partial_values(proto, [("s/c/0", third)])),
+            lambda: sync(_collect(checked._get_many([("s/c/0", proto, third)]))),
+            lambda: sync(_collect(checked.get_ranges("s/c/0", [first, third], prototype=proto))),
+            lambda: checked.get_ranges_sync("s/c/0", [first, third], prototype=proto),
+        ):
+            refused(read, "s/c/0")
+
+
+async def _collect(iterator):
+    return [item async for item in iterator]
+
+
+def test_zarr_3_itself_reads_the_files_made_here(tmp_path):
+    """The crafted shards are what zarr reads: with sound chunks, zarr returns their strings."""
+    path = _partial(tmp_path, [{"name": "vlen-utf8"}],
+                    [good("a", "b"), good("c", "d"), good("e", "f"), None])  # fmt: skip
+    with SQLiteStore(path, read_only=True) as store:
+        got = zarr.open_array(store, path="s", mode="r")[:]
+    assert list(got) == ["a", "b", "c", "d", "e", "f", "", ""]
