@@ -193,7 +193,12 @@ cdef object _backup_to(Database self, object path, int pages_per_step):
                 if rc == SQLITE_DONE and finished != SQLITE_OK:
                     rc = finished
             if rc != SQLITE_DONE:
-                raise _sqlite_exception(rc, dest, where, "backup failed", self._busy_timeout)
+                # A read of this file that failed for a reason SQLite does not know (a remote
+                # read's own error, or the KeyboardInterrupt of Ctrl-C during it) first.
+                err = self._error_beyond(rc)
+                if err is None:
+                    err = _sqlite_exception(rc, dest, where, "backup failed", self._busy_timeout)
+                raise err
             with nogil:
                 rc = sqlite3_exec(dest, "PRAGMA journal_mode = DELETE", NULL, NULL, NULL)
             if rc != SQLITE_OK:

@@ -65,6 +65,9 @@ class HostileServer:
         self.interval = interval
         self.requests: list[Seen] = []
         self.asked = threading.Event()  # set when the first request arrives
+        # once set, every request from then on is held unanswered, whatever the behaviour
+        self.stalling = threading.Event()
+        self.stalled = threading.Event()  # set when a request is held so
         self.sent = 0  # body bytes sent, all requests together
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -141,6 +144,9 @@ class HostileServer:
         behaviour = self.behaviour
         if behaviour.endswith("_after_first"):
             behaviour = "honest" if number == 1 else behaviour.removesuffix("_after_first")
+        if self.stalling.is_set():
+            behaviour = "stall"
+            self.stalled.set()
         if behaviour == "stall":
             self._stop.wait(60)  # holds the connection open, answering nothing
             return

@@ -284,6 +284,45 @@ def test_a_backup_hears_ctrl_c(tmp_path):
     assert float(out.stdout.split()[-1]) < 2.0, out.stdout
 
 
+_BACKUP_WAITING_CHILD = """
+import os, signal, sys, threading
+from zarrdb import SQLiteStore
+store = SQLiteStore(sys.argv[1], read_only=True, storage_options={"allow_http": True})
+store.ensure_open()
+print("open", flush=True)
+sys.stdin.readline()  # the server holds every request from now on
+threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+try:
+    store.backup(sys.argv[2])
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_ctrl_c_during_a_backups_read_of_a_url_is_a_keyboard_interrupt(tmp_path):
+    """Ctrl-C while a step of a backup waits for the server: the read ends with the signal's
+    KeyboardInterrupt, which the backup raised as DiskIOError ("disk I/O error"), as SQLite
+    saw the read fail (under AddressSanitizer, where reads take longer, the test above met it
+    one run in two). The server holds every request once the store is open, so the signal
+    comes during a read."""
+    data = claiming(sound_file(tmp_path / "sound.zarrdb").read_bytes(), TIB // PAGE)
+    with HostileServer(data, "claim_size", huge=TIB) as server:
+        child = subprocess.Popen(
+            [sys.executable, "-c", _BACKUP_WAITING_CHILD, server.url(), str(tmp_path / "copy")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert child.stdout.readline() == "open\n", child.stderr.read()[-2000:]
+            server.stalling.set()
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            out, err = child.communicate(timeout=20)
+        finally:
+            child.kill()
+        assert server.stalled.is_set(), "no read was held: the signal did not come during one"
+    assert out == "interrupted\n", (out, err[-2000:])
+
+
 _VACUUM_CHILD = """
 import contextlib, io, json, sys, threading, time
 from zarrdb.cli import main
