@@ -20,6 +20,11 @@ decoded, so nothing read later can differ from what was checked:
   inner chunk that lies inside a range returned is checked; zarr decodes an inner chunk only
   from the bytes its index gives, which are read whole in one range.
 
+What the check cannot follow as zarr would is refused, never passed unchecked: a codec of the
+layout refusing the bytes, a shard shorter than its index, an index of another size (a wrong
+idea of the shard's shape reads a wrong index, which zarr would not), a layout it does not know
+(`_string_layouts.Refused`).
+
 Every read method of zarr's Store is overridden here (tests/security checks that none is
 missing). The check assumes the file does not change during a read: an index read here and
 the ranges zarr reads next come from two reads.
@@ -27,7 +32,6 @@ the ranges zarr reads next come from two reads.
 
 from __future__ import annotations
 
-import bisect
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterable, Sequence
 from typing import Any
@@ -42,22 +46,28 @@ from zarr.abc.store import (
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import WrapperStore
 
-from zarrdb import _compat
+from zarrdb import _compat, errors
 from zarrdb._string_layouts import Claims, Layout, Refused, Shard, Strings, spec
 
 _METADATA = ("zarr.json", ".zarray", ".zmetadata")
 _NOT_CHUNKS = (*_METADATA, ".zgroup", ".zattrs")
 
 
-class _Undecodable(Exception):
-    """A codec could not decode what the check gave it: zarr, given the same bytes, raises
-    before any vlen decoder runs, so there is nothing left to check there."""
+class _Damaged(Exception):
+    """What the check found it cannot decode as the layout says (a codec refusing the bytes, a
+    shard shorter than its index, an index of another size): refused, as a chunk that zarr
+    could read otherwise than the check is a chunk the check did not look at."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
 
 
 # A check, as a generator: it yields each (zarr v3 codec, Buffer) it needs decoded and is sent
-# the result (or thrown _Undecodable), so that one check runs with the codecs' synchronous or
-# asynchronous methods alike.
+# the result, so that one check runs with the codecs' synchronous or asynchronous methods alike.
 Steps = Generator[tuple[Any, Buffer], Buffer, Any]
+_END = (1 << 64) - 1  # the end of a piece read to the end of the value: past every entry's end
+_BATCH = 65536  # inner chunks of a shard turned into Python numbers at a time
 
 
 def _buffer(data: bytes) -> Buffer:
@@ -75,94 +85,115 @@ def _check_whole(layout: Layout, key: str, data: Buffer, filename: str) -> Steps
     if isinstance(layout, Refused):
         layout.refuse(key, filename)
         return
-    try:
-        if isinstance(layout, Strings) and layout.v2:
-            raw = data.to_bytes()
-            for codec in reversed(layout.after):
+    if isinstance(layout, Strings) and layout.v2:
+        raw = data.to_bytes()
+        for codec in reversed(layout.after):
+            try:
                 raw = bytes(memoryview(codec.decode(raw)).cast("B"))
-        else:
-            raw = (yield from _decoded(layout.after, data)).to_bytes()
-    except _Undecodable:
-        return
-    except Exception:  # a numcodecs codec refusing the bytes, as it will for zarr
-        return
+            except Exception as exc:
+                raise _Damaged(_refused_by(codec, exc)) from exc
+    else:
+        raw = (yield from _decoded(layout.after, data)).to_bytes()
     if isinstance(layout, Strings):
         layout.check(key, raw, filename)
         return
     index = layout.index_of(raw)
-    if index is not None:
-        yield from _check_inside(layout, key, index, [(0, len(raw), raw)], filename)
+    if index is None:
+        raise _Damaged(f"is a shard of {len(raw):,} bytes, shorter than its index")
+    yield from _check_inside(layout, key, index, [(0, _END, raw)], filename)
 
 
 def _check_inside(
     shard: Shard, key: str, index: bytes, pieces: list[tuple[int, int, bytes]], filename: str
 ) -> Steps:
     """Checks every inner chunk of `shard`, by its encoded `index`, that lies inside one of the
-    `pieces` read of it ((start, end asked, bytes) each)."""
-    try:
-        decoded = (yield from _decoded(shard.index_after, _buffer(index))).to_bytes()
-    except _Undecodable:
-        return
+    `pieces` read of it ((start, end asked, bytes) each; an end of _END reaches the value's
+    end, where zarr's slices stop too)."""
+    import numpy as np
+
+    decoded = (yield from _decoded(shard.index_after, _buffer(index))).to_bytes()
+    found = shard.pairs(decoded)
+    if found is None:
+        raise _Damaged(f"has a shard index of {len(decoded):,} bytes, not {16 * shard.entries:,}")
+    starts, ends = found
     pieces = sorted(pieces, key=lambda piece: piece[0])
-    starts = [start for start, _, _ in pieces]
-    # reach[i]: the piece among the first i + 1 that ends last
-    reach: list[int] = []
-    for i, (_, end, _) in enumerate(pieces):
-        reach.append(i if not reach or end > pieces[reach[-1]][1] else reach[-1])
-    for start, end in shard.pairs(decoded):
-        if start >= end:
-            continue  # zarr slices nothing: no vlen decoder takes an empty chunk
-        at = bisect.bisect_right(starts, start) - 1
-        if at < 0:
-            continue
-        first, last, data = pieces[reach[at]]
-        if end <= last:
-            inner = _buffer(data[start - first : end - first])
+    first = np.array([piece[0] for piece in pieces], dtype=np.uint64)
+    # reach[i]: of the first i + 1 pieces, the one that ends last
+    reach = [0] * len(pieces)
+    for i in range(1, len(pieces)):
+        reach[i] = i if pieces[i][1] > pieces[reach[i - 1]][1] else reach[i - 1]
+    last = np.array([min(pieces[r][1], _END) for r in reach], dtype=np.uint64)
+    at = np.searchsorted(first, starts, side="right").astype(np.int64) - 1
+    inside = (at >= 0) & (ends <= last[np.maximum(at, 0)])
+    starts, ends, at = starts[inside], ends[inside], at[inside]
+    for done in range(0, len(starts), _BATCH):
+        batch = zip(
+            starts[done : done + _BATCH].tolist(),
+            ends[done : done + _BATCH].tolist(),
+            at[done : done + _BATCH].tolist(),
+            strict=True,
+        )
+        for start, end, piece in batch:
+            begin, _, data = pieces[reach[piece]]
+            inner = _buffer(data[start - begin : end - begin])
             yield from _check_whole(shard.inner, key, inner, filename)
 
 
-def _advance(steps: Steps, out: Buffer | None = None, failed: bool = False) -> Any:
-    """The next decoding `steps` asks for, or None when it is done."""
+def _refused_by(codec: Any, exc: Exception) -> str:
+    name = getattr(codec, "codec_id", None) or type(codec).__name__
+    return f"cannot be decoded by its codec {name} ({type(exc).__name__}: {str(exc)[:200]})"
+
+
+def _refusal(key: str, filename: str, damaged: _Damaged) -> errors.DamagedChunkError:
+    return errors.DamagedChunkError(
+        f"{filename!r}: the chunk {key!r} of strings {damaged.why}: it is damaged or crafted, "
+        "and is not decoded"
+    )
+
+
+def _run_sync(steps: Steps, key: str, filename: str) -> None:
+    """Runs the check `steps`, decoding with the codecs' synchronous methods."""
     try:
-        return steps.throw(_Undecodable()) if failed else steps.send(out)  # type: ignore[arg-type]
-    except (StopIteration, _Undecodable):
-        return None
+        step = next(steps)
+        while True:
+            codec, data = step
+            try:
+                out = _compat.decode_bytes_sync(codec, data, spec())
+            except Exception as exc:
+                raise _Damaged(_refused_by(codec, exc)) from exc
+            step = steps.send(out)
+    except StopIteration:
+        return
+    except _Damaged as damaged:
+        raise _refusal(key, filename, damaged) from damaged.__cause__
 
 
-def _run_sync(steps: Steps) -> None:
-    step = _advance(steps)
-    while step is not None:
-        codec, data = step
-        try:
-            out = _compat.decode_bytes_sync(codec, data, spec())
-        except Exception:
-            step = _advance(steps, failed=True)
-        else:
-            step = _advance(steps, out)
-
-
-async def _run(steps: Steps) -> None:
-    step = _advance(steps)
-    while step is not None:
-        codec, data = step
-        try:
-            out = await _compat.decode_bytes(codec, data, spec())
-        except Exception:
-            step = _advance(steps, failed=True)
-        else:
-            step = _advance(steps, out)
+async def _run(steps: Steps, key: str, filename: str) -> None:
+    """Runs the check `steps`, decoding with the codecs' asynchronous methods."""
+    try:
+        step = next(steps)
+        while True:
+            codec, data = step
+            try:
+                out = await _compat.decode_bytes(codec, data, spec())
+            except Exception as exc:
+                raise _Damaged(_refused_by(codec, exc)) from exc
+            step = steps.send(out)
+    except StopIteration:
+        return
+    except _Damaged as damaged:
+        raise _refusal(key, filename, damaged) from damaged.__cause__
 
 
 def _span(request: ByteRequest, total: int | None) -> tuple[int, int]:
     """The (start, end) in the value that `request` asks for (`total`: the value's length,
-    needed for an offset or a suffix)."""
+    needed for a suffix); a request to the value's end ends at _END."""
     if isinstance(request, RangeByteRequest):
         return request.start, request.end
-    assert total is not None
     if isinstance(request, OffsetByteRequest):
-        return request.offset, total
-    assert isinstance(request, SuffixByteRequest)
-    return max(0, total - request.suffix), total
+        return request.offset, _END
+    assert isinstance(request, SuffixByteRequest) and total is not None
+    return max(0, total - request.suffix), _END
 
 
 def _index_request(shard: Shard) -> ByteRequest:
@@ -289,7 +320,7 @@ class CheckedStrings(WrapperStore[Store]):
 
     @staticmethod
     def _needs_total(ranged: list[tuple[ByteRequest, Buffer]]) -> bool:
-        return any(not isinstance(request, RangeByteRequest) for request, _ in ranged)
+        return any(isinstance(request, SuffixByteRequest) for request, _ in ranged)
 
     async def _check(self, key: str, reads: list[Read]) -> None:
         if all(value is None for _, value in reads):
@@ -301,7 +332,7 @@ class CheckedStrings(WrapperStore[Store]):
                 layout.refuse(key, filename)
             whole, ranged = self._plan(layout, reads)
             for value in whole:
-                await _run(_check_whole(layout, key, value, filename))
+                await _run(_check_whole(layout, key, value, filename), key, filename)
             if ranged:
                 assert isinstance(layout, Shard)
                 proto = default_buffer_prototype()
@@ -310,7 +341,7 @@ class CheckedStrings(WrapperStore[Store]):
                     continue
                 total = await self._store.getsize(key) if self._needs_total(ranged) else None
                 pieces = self._pieces(ranged, total)
-                await _run(_check_inside(layout, key, index.to_bytes(), pieces, filename))
+                await _run(_check_inside(layout, key, index.to_bytes(), pieces, filename), key, filename)
 
     def _check_sync(self, key: str, reads: list[Read]) -> None:
         if all(value is None for _, value in reads):
@@ -322,7 +353,7 @@ class CheckedStrings(WrapperStore[Store]):
                 layout.refuse(key, filename)
             whole, ranged = self._plan(layout, reads)
             for value in whole:
-                _run_sync(_check_whole(layout, key, value, filename))
+                _run_sync(_check_whole(layout, key, value, filename), key, filename)
             if ranged:
                 assert isinstance(layout, Shard)
                 index = self._store_get_sync(key, _index_request(layout))
@@ -335,7 +366,7 @@ class CheckedStrings(WrapperStore[Store]):
                     if total is None:
                         continue
                 pieces = self._pieces(ranged, total)
-                _run_sync(_check_inside(layout, key, index.to_bytes(), pieces, filename))
+                _run_sync(_check_inside(layout, key, index.to_bytes(), pieces, filename), key, filename)
 
     # -- every read of zarr's Store -----------------------------------------------------------
 

@@ -15,6 +15,7 @@ Nothing here reads the store or decodes a chunk: `_string_chunks` does, with the
 from __future__ import annotations
 
 import functools
+import json
 import math
 from types import SimpleNamespace
 from typing import Any
@@ -100,17 +101,23 @@ class Shard:
             return None
         return shard[len(shard) - self.index_size :] if self.at_end else shard[: self.index_size]
 
-    def pairs(self, index: bytes) -> list[tuple[int, int]]:
-        """The (start, end) of each stored inner chunk, from the decoded index bytes; as zarr
-        computes them (in 64 bits: an end past 2^64 wraps below its start, an empty slice)."""
+    def pairs(self, index: bytes) -> tuple[Any, Any] | None:
+        """The starts and ends (numpy uint64 arrays) of the stored inner chunks that are not
+        empty, from the decoded index bytes; None if the index has another size than its
+        entries take. Computed as zarr does, in 64 bits: an end past 2^64 wraps below its start,
+        an empty slice."""
         import numpy as np
 
         if len(index) != 16 * self.entries:
-            return []  # zarr refuses an index of another size
+            return None
         dtype = np.dtype("<u8" if self.endian == "little" else ">u8")
-        table = np.frombuffer(index, dtype).reshape(-1, 2)
-        stored = table[~((table[:, 0] == NO_ENTRY) & (table[:, 1] == NO_ENTRY))]
-        return [(int(o), (int(o) + int(n)) % (1 << 64)) for o, n in stored.tolist()]
+        table = np.frombuffer(index, dtype).reshape(-1, 2).astype(np.uint64)
+        offsets, lengths = table[:, 0], table[:, 1]
+        stored = ~((offsets == NO_ENTRY) & (lengths == NO_ENTRY))
+        starts = offsets[stored]
+        ends = starts + lengths[stored]  # wraps, as zarr's sum of the two does
+        keep = starts < ends
+        return starts[keep], ends[keep]
 
 
 class Refused:
@@ -156,11 +163,28 @@ def _codec(config: Any) -> tuple[type[Any], Any]:
     return get_codec_class(config["name"]), config
 
 
+def _through(classes: list[tuple[type[Any], Any]], shape: list[int] | None) -> list[int] | None:
+    """The shape of a chunk after zarr's array-to-array codecs `classes` (None where the check
+    does not know it: a codec other than transpose)."""
+    from zarr.codecs import TransposeCodec
+
+    for cls, config in classes:
+        if shape is None:
+            return None
+        if not issubclass(cls, TransposeCodec):
+            return None
+        order = (config.get("configuration") or {}).get("order")
+        if not isinstance(order, list) or sorted(order) != list(range(len(shape))):
+            raise ValueError("a transpose that is no permutation of the chunk's axes")
+        shape = [shape[i] for i in order]  # as zarr's TransposeCodec.resolve_metadata
+    return shape
+
+
 def v3_codecs(codecs: Any, chunk_shape: Any) -> Layout | None:
     """The layout of chunks of `chunk_shape` stored through the v3 `codecs`; None if they reach
     no vlen decoder. KeyError, TypeError or ValueError where zarr cannot build the codecs."""
-    from zarr.abc.codec import ArrayBytesCodec, BytesBytesCodec
-    from zarr.codecs import ShardingCodec, VLenBytesCodec, VLenUTF8Codec
+    from zarr.abc.codec import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec
+    from zarr.codecs import BytesCodec, ShardingCodec, VLenBytesCodec, VLenUTF8Codec
 
     if not isinstance(codecs, list):
         raise ValueError("no list of codecs")
@@ -169,36 +193,34 @@ def v3_codecs(codecs: Any, chunk_shape: Any) -> Layout | None:
     if at is None:
         return None
     cls, config = classes[at]
-    after = [c.from_dict(conf) for c, conf in classes[at + 1 :] if issubclass(c, BytesBytesCodec)]
+    if not all(issubclass(c, ArrayArrayCodec) for c, _ in classes[:at]) or not all(
+        issubclass(c, BytesBytesCodec) for c, _ in classes[at + 1 :]
+    ):
+        raise ValueError("codecs out of order")
+    after = [c.from_dict(conf) for c, conf in classes[at + 1 :]]
+    shape = _through(classes[:at], _shape(chunk_shape))
     if issubclass(cls, (VLenUTF8Codec, VLenBytesCodec)):
-        return Strings(_values(chunk_shape), after, v2=False)
+        return Strings(_values(shape), after, v2=False)
     if not issubclass(cls, ShardingCodec):
         return None
     conf = config.get("configuration") or {}
-    inner_shape = conf.get("chunk_shape")
+    inner_shape = _shape(conf.get("chunk_shape"))
     inner = v3_codecs(conf.get("codecs"), inner_shape)
-    if inner is None:
-        return None
-    if isinstance(inner, Refused):
+    if inner is None or isinstance(inner, Refused):
         return inner
-    shard_shape, inner_chunk = _shape(chunk_shape), _shape(inner_shape)
-    if shard_shape is None or inner_chunk is None:
-        return Refused("shards whose shape the metadata does not state")
-    if len(shard_shape) != len(inner_chunk) or 0 in inner_chunk:
+    if shape is None or inner_shape is None:
+        return Refused("shards whose shape the check cannot tell")
+    if len(shape) != len(inner_shape) or 0 in inner_shape:
         raise ValueError("inner chunks that do not tile the shard")
-    entries = math.prod(s // c for s, c in zip(shard_shape, inner_chunk, strict=True))
+    entries = math.prod(s // c for s, c in zip(shape, inner_shape, strict=True))
     index_codecs = conf.get("index_codecs", ["bytes", "crc32c"])
-    if not isinstance(index_codecs, list):
+    if not isinstance(index_codecs, list) or not index_codecs:
         raise ValueError("no list of index codecs")
     index = [_codec(c) for c in index_codecs]
-    makes_bytes = [issubclass(c, ArrayBytesCodec) for c, _ in index]
-    if True not in makes_bytes:
-        raise ValueError("no index codec makes bytes")
-    at = makes_bytes.index(True)
-    if not all(issubclass(c, BytesBytesCodec) for c, _ in index[at + 1 :]):
-        raise ValueError("index codecs out of order")
-    if at != 0:
-        return Refused("a shard index with array-to-array codecs")
+    if not issubclass(index[0][0], BytesCodec) or not all(
+        issubclass(c, BytesBytesCodec) for c, _ in index[1:]
+    ):
+        return Refused("a shard index not stored as plain bytes")
     endian = (index[0][1].get("configuration") or {}).get("endian", "little")
     at_end = conf.get("index_location", "end") != "start"
     try:
@@ -208,7 +230,9 @@ def v3_codecs(codecs: Any, chunk_shape: Any) -> Layout | None:
 
 
 def v3_array(doc: dict[str, Any]) -> Layout | None:
-    """The layout of a v3 array's chunks, from its metadata document."""
+    """The layout of a v3 array's chunks, from its metadata document (None: no v3 array's)."""
+    if "codecs" not in doc:
+        return None
     grid = doc.get("chunk_grid")
     shape = None
     if isinstance(grid, dict) and grid.get("name") == "regular":
@@ -245,57 +269,74 @@ def v2_array(doc: dict[str, Any]) -> Layout | None:
 class Claims:
     """What one node's metadata, and the consolidated metadata it holds, say of the layouts of
     the arrays at paths relative to it ("" for itself): only the arrays whose chunks reach a
-    vlen decoder are kept."""
+    vlen decoder are kept. Every document is read both as a v3 and as a v2 array's (zarr reads
+    a consolidated member by the format it names, whatever the format of the group holding it),
+    and filed under its path as written and as zarr normalizes it."""
 
     def __init__(self) -> None:
         self.layouts: dict[str, list[Layout]] = {}
 
-    def add(self, relative: str, layout: Layout | None) -> None:
-        if layout is not None:
-            self.layouts.setdefault(relative, []).append(layout)
-
-    def read_v3(self, doc: Any) -> None:
-        """A `zarr.json`: an array, or a group with consolidated metadata."""
+    def add(self, path: str, doc: Any) -> None:
         if not isinstance(doc, dict):
             return
-        if doc.get("node_type") == "array":
-            self.add("", _guarded(v3_array, doc))
+        for layout in layouts_of(doc):
+            for name in {path, _normalized(path)}:
+                self.layouts.setdefault(name, []).append(layout)
+
+    def read_v3(self, doc: Any) -> None:
+        """A `zarr.json`: an array, or a group with consolidated metadata (flat: "g/s" for an
+        array in the group "g"; zarr reads only the consolidated metadata of the group it
+        opens, so a group's entry there holding its own is not read)."""
+        if not isinstance(doc, dict):
             return
+        self.add("", doc)
         consolidated = doc.get("consolidated_metadata")
         members = consolidated.get("metadata") if isinstance(consolidated, dict) else None
-        if not isinstance(members, dict):
-            return
-        for name, member in members.items():
-            # (flat: "g/s" for an array in the group "g". zarr reads only the consolidated
-            # metadata of the group it opens; a group's entry there holding its own is unused)
-            if isinstance(name, str) and isinstance(member, dict):
-                if member.get("node_type") == "array":
-                    self.add(name, _guarded(v3_array, member))
+        if isinstance(members, dict):
+            for name, member in members.items():
+                if isinstance(name, str):
+                    self.add(name, member)
 
     def read_v2(self, doc: Any) -> None:
         """A `.zarray`."""
-        if isinstance(doc, dict):
-            self.add("", _guarded(v2_array, doc))
+        self.add("", doc)
 
     def read_v2_consolidated(self, doc: Any) -> None:
-        """A `.zmetadata`: its `metadata` maps `path/.zarray` to each array's."""
+        """A `.zmetadata`: its `metadata` maps `path/.zarray`, `path/.zattrs` and `path/.zgroup`
+        to documents, which zarr merges into one per path, in their order; each is also read
+        alone."""
         members = doc.get("metadata") if isinstance(doc, dict) else None
         if not isinstance(members, dict):
             return
+        merged: dict[str, dict[str, Any]] = {}
         for name, member in members.items():
-            if isinstance(name, str) and (name == ".zarray" or name.endswith("/.zarray")):
-                self.read_v2_at(name[: -len(".zarray")].rstrip("/"), member)
+            if not isinstance(name, str) or "/." not in name or not isinstance(member, dict):
+                continue
+            path, kind = name.rsplit("/.", 1)
+            self.add(path, member)
+            if kind != "zattrs":
+                merged.setdefault(path, {}).update(member)
+        for path, member in merged.items():
+            self.add(path, member)
 
-    def read_v2_at(self, path: str, doc: Any) -> None:
-        if isinstance(doc, dict):
-            self.add(path, _guarded(v2_array, doc))
+
+def _normalized(path: str) -> str:
+    """A path as zarr looks it up: without empty or "." segments."""
+    return "/".join(part for part in path.replace("\\", "/").split("/") if part not in ("", "."))
 
 
-def _guarded(parse: Any, doc: dict[str, Any]) -> Layout | None:
-    """`parse(doc)`, or None where zarr cannot build the array's codecs either (it refuses the
-    array when it opens it, before reading a chunk)."""
-    try:
-        layout: Layout | None = parse(doc)
-    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError, OverflowError):
-        return None
-    return layout
+def layouts_of(doc: dict[str, Any]) -> list[Layout]:
+    """The layouts a metadata document gives, read as a v3 array's and as a v2 array's. Where
+    the check cannot read a document that names a vlen codec, a refusal: what zarr makes of it
+    is not known."""
+    found: list[Layout] = []
+    for parse in (v3_array, v2_array):
+        try:
+            layout = parse(doc)
+        except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError, OverflowError):
+            if "vlen" in json.dumps(doc, default=str):
+                found.append(Refused("metadata naming a vlen codec that the check cannot read"))
+            continue
+        if layout is not None:
+            found.append(layout)
+    return found

@@ -229,6 +229,117 @@ def test_a_compressed_inner_chunk_is_checked_decompressed(tmp_path):
     refused(load(path), "s/c/0")
 
 
+def _crc(table: bytes) -> bytes:
+    return bytes(numcodecs.CRC32C().encode(table))[-4:]
+
+
+def test_a_transpose_before_a_shard_is_followed(tmp_path):
+    """A transpose before the sharding codec: zarr takes the shard's shape after it (6 x 4, so
+    3 inner chunks of 2 x 3), while the chunk grid says 4 x 6 (4 of them); reading 4 entries
+    the check's index failed its checksum and the check gave up, while zarr's passed and it
+    decoded the junk inner chunk."""
+    no = 2**64 - 1
+    table = b"".join(struct.pack("<QQ", o, n) for o, n in [(0, len(JUNK)), (no, no), (no, no)])
+    codecs = [{"name": "transpose", "configuration": {"order": [1, 0]}},
+              {"name": "sharding_indexed", "configuration": {"chunk_shape": [2, 3],
+               "codecs": [{"name": "vlen-utf8"}], "index_codecs": [
+                   {"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+               "index_location": "end"}}]  # fmt: skip
+    doc = dict(array(4, 4, codecs), shape=[4, 6], dimension_names=["x", "y"],
+               chunk_grid={"name": "regular", "configuration": {"chunk_shape": [4, 6]}})  # fmt: skip
+    path = make(tmp_path / "transposed.zarrdb", {
+        "zarr.json": group(), "s/zarr.json": doc,
+        "s/c/0/0": JUNK + b"\xaa" * 16 + table + _crc(table)})  # fmt: skip
+    refused(load(path), "s/c/0/0")
+
+
+def test_an_inner_chunk_running_past_the_shards_end_is_checked(tmp_path):
+    """An index entry of 2^40 bytes from offset 0: zarr's slice stops at the shard's end and
+    decodes the whole shard as the inner chunk; the check skipped an entry ending past the
+    bytes it had."""
+    table = struct.pack("<QQ", 0, 1 << 40)
+    path = make(tmp_path / "past.zarrdb", {
+        "zarr.json": group(), "x/zarr.json": array(2, 2, [sharding(2, [{"name": "vlen-utf8"}])]),
+        "x/c/0": JUNK + table})  # fmt: skip
+    refused(load(path), "x/c/0")
+
+
+def test_a_shard_index_not_stored_as_plain_bytes_is_refused(tmp_path):
+    """zarr 3.1 accepts any index codecs of a fixed size, a shard among them: it decodes the
+    32 bytes of the index as a shard of one inner chunk (16 bytes) and its own index, and a
+    vlen decoder reads that inner chunk. zarr 3.4 refuses such metadata. The check reads only
+    an index of `bytes`, and refuses the others."""
+    index_codecs = [{"name": "sharding_indexed", "configuration": {
+        "chunk_shape": [1, 2], "codecs": [{"name": "vlen-bytes"}],
+        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+        "index_location": "end"}}]  # fmt: skip
+    codec = sharding(4, [{"name": "vlen-utf8"}])
+    codec["configuration"]["index_codecs"] = index_codecs
+    sound = good("abcdefgh")  # 16 bytes
+    region = JUNK.ljust(16, b"\0") + struct.pack("<QQ", 0, 16)
+    path = make(tmp_path / "index.zarrdb", {
+        "zarr.json": group(), "x/zarr.json": array(4, 4, [codec]), "x/c/0": sound + region})  # fmt: skip
+    if zarr.__version__.startswith("3.1."):
+        refused(load(path), "x/c/0")
+    else:
+        with pytest.raises(ValueError, match="index_codecs"):
+            load(path)()
+
+
+V2_STRINGS = {"zarr_format": 2, "shape": [4], "chunks": [4], "dtype": "|O", "fill_value": None,
+              "order": "C", "filters": [{"id": "vlen-utf8"}], "compressor": None,
+              "dimension_separator": "."}  # fmt: skip
+V3_STRINGS = array(4, 4, [{"name": "vlen-utf8"}])
+
+
+@pytest.mark.parametrize("member", ["v2 in v3", "v3 in v2"])
+def test_a_consolidated_member_of_the_other_format_is_read_by_its_own(tmp_path, member):
+    """zarr reads each consolidated member by the format it names: a v2 array's document in a
+    v3 group's consolidated metadata, a v3 array's in a v2 `.zmetadata`."""
+    if member == "v2 in v3":
+        rows = {"zarr.json": group({"s": dict(V2_STRINGS, attributes={
+            "_ARRAY_DIMENSIONS": ["x"]})}), "s/0": JUNK}  # fmt: skip
+    else:
+        rows = {".zgroup": {"zarr_format": 2}, ".zmetadata": {
+            "zarr_consolidated_format": 1,
+            "metadata": {".zgroup": {"zarr_format": 2}, "s/.zarray": V3_STRINGS}}, "s/c/0": JUNK}  # fmt: skip
+    path = make(tmp_path / "other.zarrdb", rows)
+    key = "s/0" if member == "v2 in v3" else "s/c/0"
+    refused(load(path), key)
+
+
+@pytest.mark.parametrize("how", ["under .zgroup", ".zgroup over .zarray"])
+def test_v2_consolidated_entries_are_merged_as_zarr_merges_them(tmp_path, how):
+    """zarr merges a `.zmetadata`'s `s/.zarray`, `s/.zgroup` (and `s/.zattrs`) into one
+    document per path: an array described under `s/.zgroup`, or its filters put there over an
+    integer `s/.zarray`, holds strings."""
+    ints = dict(V2_STRINGS, dtype="<i8", fill_value=0, filters=None)
+    members = {".zgroup": {"zarr_format": 2}, "s/.zattrs": {"_ARRAY_DIMENSIONS": ["x"]}}
+    if how == "under .zgroup":
+        members["s/.zgroup"] = V2_STRINGS
+    else:
+        members["s/.zarray"] = ints
+        members["s/.zgroup"] = {"dtype": "|O", "fill_value": None,
+                                "filters": [{"id": "vlen-utf8"}]}  # fmt: skip
+    path = make(tmp_path / "merged.zarrdb", {
+        ".zgroup": {"zarr_format": 2}, ".zmetadata": {"zarr_consolidated_format": 1,
+                                                      "metadata": members}, "s/0": JUNK})  # fmt: skip
+    refused(load(path), "s/0")
+
+
+def test_an_index_that_does_not_decode_is_refused_not_skipped(tmp_path):
+    """A shard whose index fails its checksum: the check refuses it (before, it gave up and
+    let zarr decide, which is safe only if zarr reads the same index)."""
+    table = struct.pack("<QQ", 0, len(JUNK))
+    codec = sharding(2, [{"name": "vlen-utf8"}])
+    codec["configuration"]["index_codecs"].append({"name": "crc32c"})
+    path = make(tmp_path / "crc.zarrdb", {
+        "zarr.json": group(), "x/zarr.json": array(2, 2, [codec]),
+        "x/c/0": JUNK + table + b"\0\0\0\0"})  # fmt: skip
+    with pytest.raises(errors.DamagedChunkError, match="crc32c|Crc32c"):
+        load(path)()
+
+
 # -- zarr v2 ------------------------------------------------------------------------------------
 
 
