@@ -47,7 +47,7 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import WrapperStore
 
 from zarrdb import _compat, errors
-from zarrdb._string_layouts import Claims, Layout, Refused, Shard, Strings, spec
+from zarrdb._string_layouts import Claims, Layout, Refused, Shard, Strings, distinct, spec
 
 _METADATA = ("zarr.json", ".zarray", ".zmetadata")
 _NOT_CHUNKS = (*_METADATA, ".zgroup", ".zattrs")
@@ -74,44 +74,54 @@ def _buffer(data: bytes) -> Buffer:
     return default_buffer_prototype().buffer.from_bytes(data)
 
 
+def _view(data: Buffer | memoryview) -> memoryview:
+    """The bytes of `data` without a copy: an inner chunk is a slice of its shard, not a copy
+    of it (else entries that all point at one large range would cost their number times its
+    size, where zarr's decoding of each reads a few bytes)."""
+    if isinstance(data, memoryview):
+        return data
+    return memoryview(data.as_numpy_array()).cast("B")
+
+
 def _decoded(codecs: list[Any], data: Buffer) -> Steps:
     for codec in reversed(codecs):
         data = yield codec, data
     return data
 
 
-def _check_whole(layout: Layout, key: str, data: Buffer, filename: str) -> Steps:
+def _check_whole(layout: Layout, key: str, data: Buffer | memoryview, filename: str) -> Steps:
     """Checks one whole stored chunk (or inner chunk) `data` of `layout`."""
     if isinstance(layout, Refused):
         layout.refuse(key, filename)
         return
+    raw = _view(data)
     if isinstance(layout, Strings) and layout.v2:
-        raw = data.to_bytes()
         for codec in reversed(layout.after):
             try:
-                raw = bytes(memoryview(codec.decode(raw)).cast("B"))
+                raw = memoryview(codec.decode(raw)).cast("B")
             except Exception as exc:
                 raise _Damaged(_refused_by(codec, exc)) from exc
-    else:
-        raw = (yield from _decoded(layout.after, data)).to_bytes()
+    elif layout.after:
+        stored = _buffer(bytes(raw)) if isinstance(data, memoryview) else data
+        raw = _view((yield from _decoded(layout.after, stored)))
     if isinstance(layout, Strings):
         layout.check(key, raw, filename)
         return
     index = layout.index_of(raw)
     if index is None:
         raise _Damaged(f"is a shard of {len(raw):,} bytes, shorter than its index")
-    yield from _check_inside(layout, key, index, [(0, _END, raw)], filename)
+    yield from _check_inside(layout, key, bytes(index), [(0, _END, raw)], filename)
 
 
 def _check_inside(
-    shard: Shard, key: str, index: bytes, pieces: list[tuple[int, int, bytes]], filename: str
+    shard: Shard, key: str, index: bytes, pieces: list[tuple[int, int, memoryview]], filename: str
 ) -> Steps:
     """Checks every inner chunk of `shard`, by its encoded `index`, that lies inside one of the
     `pieces` read of it ((start, end asked, bytes) each; an end of _END reaches the value's
     end, where zarr's slices stop too)."""
     import numpy as np
 
-    decoded = (yield from _decoded(shard.index_after, _buffer(index))).to_bytes()
+    decoded = _view((yield from _decoded(shard.index_after, _buffer(index))))
     found = shard.pairs(decoded)
     if found is None:
         raise _Damaged(f"has a shard index of {len(decoded):,} bytes, not {16 * shard.entries:,}")
@@ -135,8 +145,7 @@ def _check_inside(
         )
         for start, end, piece in batch:
             begin, _, data = pieces[reach[piece]]
-            inner = _buffer(data[start - begin : end - begin])
-            yield from _check_whole(shard.inner, key, inner, filename)
+            yield from _check_whole(shard.inner, key, data[start - begin : end - begin], filename)
 
 
 def _refused_by(codec: Any, exc: Exception) -> str:
@@ -249,8 +258,13 @@ class CheckedStrings(WrapperStore[Store]):
                 continue
             try:
                 doc = json.loads(value.to_bytes())
-            except (ValueError, RecursionError):
-                continue  # unreadable: zarr says so when it opens the node
+            except ValueError:
+                continue  # not JSON: zarr says so when it opens the node
+            except RecursionError:
+                # Nested deeper than this thread's stack lets the check read, where zarr, at
+                # another depth, may have read it: what it says is not known.
+                claims.refuse("", "metadata nested too deep for the check to read")
+                continue
             read(doc)
         return claims
 
@@ -264,7 +278,7 @@ class CheckedStrings(WrapperStore[Store]):
             for path in prefixes[i:]:
                 relative = path[len(prefix) :].lstrip("/") if prefix else path
                 layouts.extend(said.get(relative, ()))
-        return layouts
+        return distinct(layouts)
 
     async def _layouts(self, key: str) -> list[Layout]:
         folder = key.rpartition("/")[0]
@@ -315,8 +329,10 @@ class CheckedStrings(WrapperStore[Store]):
         return whole, ranged
 
     @staticmethod
-    def _pieces(ranged: list[tuple[ByteRequest, Buffer]], total: int | None) -> list[tuple[int, int, bytes]]:
-        return [(*_span(request, total), value.to_bytes()) for request, value in ranged]
+    def _pieces(
+        ranged: list[tuple[ByteRequest, Buffer]], total: int | None
+    ) -> list[tuple[int, int, memoryview]]:
+        return [(*_span(request, total), _view(value)) for request, value in ranged]
 
     @staticmethod
     def _needs_total(ranged: list[tuple[ByteRequest, Buffer]]) -> bool:

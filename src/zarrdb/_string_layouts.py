@@ -46,7 +46,11 @@ class Strings:
         self.after = after
         self.v2 = v2
 
-    def check(self, key: str, raw: bytes, filename: str) -> None:
+    def signature(self) -> tuple[Any, ...]:
+        """What the check of a chunk depends on (equal for layouts that check alike)."""
+        return ("strings", self.values, self.v2, tuple(repr(c) for c in self.after))
+
+    def check(self, key: str, raw: bytes | memoryview, filename: str) -> None:
         """DamagedChunkError if `raw`, the bytes the vlen decoder gets, states more items than
         it can hold or than the chunk has values."""
         if len(raw) < 4:
@@ -94,14 +98,18 @@ class Shard:
             size = codec.compute_encoded_size(size, spec())
         self.index_size = size
 
-    def index_of(self, shard: bytes) -> bytes | None:
+    def signature(self) -> tuple[Any, ...]:
+        return ("shard", self.entries, self.at_end, self.endian, tuple(repr(c) for c in self.after),
+                tuple(repr(c) for c in self.index_after), self.inner.signature())  # fmt: skip
+
+    def index_of(self, shard: memoryview) -> memoryview | None:
         """The encoded index of a whole decoded shard; None if the shard is too short to hold
         one (zarr refuses it too)."""
         if len(shard) < self.index_size:
             return None
         return shard[len(shard) - self.index_size :] if self.at_end else shard[: self.index_size]
 
-    def pairs(self, index: bytes) -> tuple[Any, Any] | None:
+    def pairs(self, index: bytes | memoryview) -> tuple[Any, Any] | None:
         """The starts and ends (numpy uint64 arrays) of the stored inner chunks that are not
         empty, from the decoded index bytes; None if the index has another size than its
         entries take. Computed as zarr does, in 64 bits: an end past 2^64 wraps below its start,
@@ -127,6 +135,9 @@ class Refused:
 
     def __init__(self, why: str) -> None:
         self.why = why
+
+    def signature(self) -> tuple[Any, ...]:
+        return ("refused", self.why)
 
     def refuse(self, key: str, filename: str) -> None:
         raise errors.DamagedChunkError(
@@ -262,6 +273,9 @@ def v2_array(doc: dict[str, Any]) -> Layout | None:
     )
     if at is None:
         return None
+    if any(isinstance(c, dict) and c.get("id") == "pickle" for c in chain[at + 1 :]):
+        # (the check would decode with it: unpickling, where a program allowed that for itself)
+        return Refused("a pickle codec")
     after = [numcodecs.get_codec(dict(c)) for c in chain[at + 1 :]]
     return Strings(_values(doc.get("chunks")), after, v2=True)
 
@@ -275,12 +289,23 @@ class Claims:
 
     def __init__(self) -> None:
         self.layouts: dict[str, list[Layout]] = {}
+        self._seen: set[tuple[str, tuple[Any, ...]]] = set()
 
     def add(self, path: str, doc: Any) -> None:
-        if not isinstance(doc, dict):
-            return
-        for layout in layouts_of(doc):
-            for name in {path, _normalized(path)}:
+        if isinstance(doc, dict):
+            for layout in layouts_of(doc):
+                self._file(path, layout)
+
+    def refuse(self, path: str, why: str) -> None:
+        self._file(path, Refused(why))
+
+    def _file(self, path: str, layout: Layout) -> None:
+        # (a layout once per path: names that zarr normalizes alike, thousands of them, would
+        # otherwise have every chunk of each checked against all of them)
+        for name in {path, _normalized(path)}:
+            seen = (name, layout.signature())
+            if seen not in self._seen:
+                self._seen.add(seen)
                 self.layouts.setdefault(name, []).append(layout)
 
     def read_v3(self, doc: Any) -> None:
@@ -333,10 +358,40 @@ def layouts_of(doc: dict[str, Any]) -> list[Layout]:
     for parse in (v3_array, v2_array):
         try:
             layout = parse(doc)
-        except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError, OverflowError):
-            if "vlen" in json.dumps(doc, default=str):
+        except (
+            KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError, OverflowError,
+            RecursionError,
+        ):  # fmt: skip
+            if _names_vlen(doc):
                 found.append(Refused("metadata naming a vlen codec that the check cannot read"))
             continue
         if layout is not None:
             found.append(layout)
     return found
+
+
+def _names_vlen(doc: Any) -> bool:
+    """Whether "vlen" is written anywhere in `doc` (a document too deep to write out again
+    counts as naming it)."""
+    try:
+        return "vlen" in json.dumps(doc, default=str)
+    except (RecursionError, ValueError):
+        return True
+
+
+def distinct(layouts: list[Layout]) -> list[Layout]:
+    """`layouts` without repeats; chunks of strings decoded alike checked once, against the
+    fewest values any of them states."""
+    strings: dict[tuple[Any, ...], Strings] = {}
+    others: dict[tuple[Any, ...], Layout] = {}
+    for layout in layouts:
+        if isinstance(layout, Strings):
+            how = (layout.v2, tuple(repr(c) for c in layout.after))
+            kept = strings.get(how)
+            if kept is None or (
+                layout.values is not None and (kept.values is None or layout.values < kept.values)
+            ):
+                strings[how] = layout
+        else:
+            others.setdefault(layout.signature(), layout)
+    return [*strings.values(), *others.values()]
