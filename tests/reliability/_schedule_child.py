@@ -128,6 +128,7 @@ class Run:
         self.sched = Scheduler(program["gates"], program.get("signal"), program.get("fork_at"))
         self.started: list[threading.Thread] = []
         self.over = threading.Event()  # the program has ended: no fork at a point any more
+        self.fork_lock = threading.Lock()  # held to fork, and to end the program's forks
         self.children: list[tuple[int, int, float]] = []  # forked: (pid, operation, when)
 
     def record(self, **event: object) -> None:
@@ -162,25 +163,28 @@ class Run:
         closes it (`forked` is set as soon as the fork is made). Its outcome is recorded when
         the program has ended (wait_children): a child may wait for the file's lock, which a
         transaction of this process around the fork holds until its block ends."""
-        if self.over.is_set():
-            return  # the program has ended: a child now would outlive the wait for it
-        t0 = time.monotonic()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # forking with threads is the point
-            pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                # A key of its own: children run side by side, in no order.
-                self.store.set_sync(f"{ns}/f{op['id']}", value(op["id"], "small"))
-                code = 0
-                self.store.close()  # a child leaves the file whole too, then ends at once
-            finally:
-                os._exit(code)
+        # (the program's end and a fork exclude each other: a child forked as the program ended
+        # would not be waited for, and would still have the file open when it is looked at)
+        with self.fork_lock:
+            if self.over.is_set():
+                return  # the program has ended: a child now would outlive the wait for it
+            t0 = time.monotonic()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # forking with threads is the point
+                pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    # A key of its own: children run side by side, in no order.
+                    self.store.set_sync(f"{ns}/f{op['id']}", value(op["id"], "small"))
+                    code = 0
+                    self.store.close()  # a child leaves the file whole too, then ends at once
+                finally:
+                    os._exit(code)
+            with self.events_lock:
+                self.children.append((pid, op["id"], t0))
         if forked is not None:
             forked.set()
-        with self.events_lock:
-            self.children.append((pid, op["id"], t0))
 
     def wait_children(self) -> None:
         """Wait for the forked children (FORK_WAIT at most from now) and record each one's
@@ -370,8 +374,9 @@ class Run:
     def end_forks(self) -> None:
         """No fork at a point once the program has ended (the exit hook's close, say): forking
         while the interpreter finalizes is not what a program does."""
-        self.sched.fork_at = None
-        self.over.set()
+        with self.fork_lock:
+            self.sched.fork_at = None
+            self.over.set()
         self.sched.forked.set()
 
     def main(self) -> int:
