@@ -24,6 +24,7 @@ import os
 import random
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numcodecs
@@ -161,11 +162,18 @@ def run_child(mode: str, cases: list[dict], deadline: float) -> tuple[list[dict]
 def run_cases(folder: Path, count: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     cases = [build(folder, n, rng) for n in range(count)]
+    return judged(
+        cases, lambda case: f"({case['open']} {case.get('group') or ''}, declared {case['declared']})"
+    )
+
+
+def judged(cases: list[dict], describe: Callable[[dict], str]) -> list[str]:
+    """Runs `cases` in the child (xarray mode); what broke the property, each case told by
+    `describe`: a clean refusal or none, within DEADLINE and PEAK_GROWTH."""
     results, ended = run_child("xarray", cases, DEADLINE)
     problems = [ended] if ended else []
     for result in results:
-        got, case = result["xarray"], cases[result["n"]]
-        said = f"({case['open']} {case.get('group') or ''}, declared {case['declared']})"
+        got, said = result["xarray"], describe(cases[result["n"]])
         if got["outcome"].startswith("raised"):
             problems.append(f"{got['outcome']} {said}")
         if got["growth"] > PEAK_GROWTH:

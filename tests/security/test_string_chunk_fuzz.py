@@ -11,7 +11,7 @@ state) through every layout zarr reads, with junk counts among sound chunks:
 - read whole, or in part (the last values: an inner chunk of a shard read by its byte range).
 
 The property, as in test_coordinate_fuzz.py (whose child runs the files): every file opens and
-reads, or is refused cleanly, within DEADLINE seconds and PEAK_GROWTH bytes of peak memory.
+reads, or is refused cleanly, within its DEADLINE seconds and PEAK_GROWTH bytes of peak memory.
 Every declared size is small: memory beyond that is a decoder allocating a junk count.
 
 ZARRDB_STRING_FUZZ_CASES sets the number of files (default 250; 1000 with -m slow) and
@@ -34,7 +34,7 @@ import pytest
 
 from format import builders
 from reliability.helpers import trials
-from security.test_coordinate_fuzz import DEADLINE, PEAK_GROWTH, run_child
+from security.test_coordinate_fuzz import judged
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="/proc for the peak, RLIMIT_AS"
@@ -269,26 +269,20 @@ def _case(rng: random.Random) -> tuple[dict[str, bytes], dict]:
 def build(folder: Path, n: int, rng: random.Random) -> dict:
     rows, opened = _case(rng)
     path = builders.make_store_file(folder / f"strings-{n}.zarrdb", entries=rows)
-    metadata = {k: v.decode()[:300] for k, v in rows.items() if k.endswith((".json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"))}
+    names = (".json", ".zarray", ".zgroup", ".zattrs", ".zmetadata")
+    metadata = {k: v.decode()[:300] for k, v in rows.items() if k.endswith(names)}
     return {"n": n, "path": str(path), **opened, "metadata": metadata}
 
 
 def run_cases(folder: Path, count: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     cases = [build(folder, n, rng) for n in range(count)]
-    results, ended = run_child("xarray", cases, DEADLINE)
-    problems = [ended] if ended else []
-    for result in results:
-        got, case = result["xarray"], cases[result["n"]]
-        how = {k: case[k] for k in ("group", "read", "consolidated") if k in case}
-        said = f"(case {case['n']}: {json.dumps(how)} {case['metadata']})"
-        if got["outcome"].startswith("raised"):
-            problems.append(f"{got['outcome']} {said}")
-        if got["growth"] > PEAK_GROWTH:
-            problems.append(f"peak +{got['growth']:,} bytes, {got['outcome']} {said}")
-        if got["seconds"] > DEADLINE:
-            problems.append(f"{got['seconds']} s {said}")
-    return problems
+    return judged(cases, _told)
+
+
+def _told(case: dict) -> str:
+    how = {k: case[k] for k in ("group", "read", "consolidated") if k in case}
+    return f"(case {case['n']}: {json.dumps(how)} {case['metadata']})"
 
 
 def test_chunks_of_strings_never_take_memory(tmp_path):
