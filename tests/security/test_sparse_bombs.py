@@ -176,9 +176,11 @@ def test_a_store_refuses_a_file_of_holes(sparse_tib):
         SQLiteStore(sparse_tib, read_only=True).ensure_open()
 
 
-def test_a_journal_of_holes_beside_a_file_of_holes_does_not_lift_the_check(tmp_path):
-    """A -journal as long as the file but all holes held no page the file's holes could be
-    waiting for: it is not counted (its length was, and `snapshot` then copied 16 GiB)."""
+@pytest.mark.parametrize("sidecar", ["-journal", "-wal"])
+def test_a_journal_of_holes_beside_a_file_of_holes_does_not_lift_the_check(tmp_path, sidecar):
+    """A -journal (or, beside a file whose header says WAL, a -wal) as long as the file but all
+    holes held no page the file's holes could be waiting for: it is not counted (its length
+    was, and `snapshot` then copied 16 GiB)."""
     path = tmp_path / "holes.zarrdb"
     with SQLiteStore(path, journal="delete") as store:
         store.set_sync("a", default_buffer_prototype().buffer.from_bytes(b"x" * 5000))
@@ -186,11 +188,13 @@ def test_a_journal_of_holes_beside_a_file_of_holes_does_not_lift_the_check(tmp_p
         head = bytearray(f.read(100))
         # The header's page count no longer trusted: SQLite goes by the file's length.
         head[92:96] = (int.from_bytes(head[24:28], "big") + 1).to_bytes(4, "big")
+        if sidecar == "-wal":
+            head[18:20] = b"\x02\x02"  # WAL mode: a -wal beside it is the file's own
         f.seek(0)
         f.write(head)
     size = 16 << 30
     os.truncate(path, size)
-    journal = Path(str(path) + "-journal")
+    journal = Path(str(path) + sidecar)
     journal.touch()
     os.truncate(journal, size)
     if journal.stat().st_blocks * 512 >= size:
