@@ -246,7 +246,7 @@ class CheckedStrings(WrapperStore[Store]):
         return ["/".join(parts[:i]) for i in range(len(parts))]
 
     @staticmethod
-    def _parse(prefix: str, found: dict[str, Buffer | None]) -> Claims:
+    def _parse(found: dict[str, Buffer | None]) -> Claims:
         claims = Claims()
         for name, read in (
             ("zarr.json", claims.read_v3),
@@ -280,35 +280,38 @@ class CheckedStrings(WrapperStore[Store]):
                 layouts.extend(said.get(relative, ()))
         return distinct(layouts)
 
+    def _known(self, key: str) -> list[Layout] | None:
+        """The layouts of the chunks in the folder of `key`, if its metadata has been read."""
+        folder, _, name = key.rpartition("/")
+        if name in _NOT_CHUNKS:
+            return []  # metadata: no chunk
+        return self._below.get(folder)
+
+    def _unread(self, key: str) -> list[str]:
+        """The paths above `key` whose metadata has not been read yet."""
+        return [prefix for prefix in self._prefixes(key) if prefix not in self._claims]
+
     async def _layouts(self, key: str) -> list[Layout]:
-        folder = key.rpartition("/")[0]
-        known = self._below.get(folder)
-        if known is not None and not key.endswith(_NOT_CHUNKS):
+        known = self._known(key)
+        if known is not None:
             return known
-        prefixes = self._prefixes(key)
-        for prefix in prefixes:
-            if prefix not in self._claims:
-                proto = default_buffer_prototype()
-                found = {n: await self._store.get(_join(prefix, n), proto) for n in _METADATA}
-                self._claims[prefix] = self._parse(prefix, found)
-        return self._remember(folder, prefixes)
+        proto = default_buffer_prototype()
+        for prefix in self._unread(key):
+            found = {n: await self._store.get(_join(prefix, n), proto) for n in _METADATA}
+            self._claims[prefix] = self._parse(found)
+        return self._remember(key)
 
     def _layouts_sync(self, key: str) -> list[Layout]:
-        folder = key.rpartition("/")[0]
-        known = self._below.get(folder)
-        if known is not None and not key.endswith(_NOT_CHUNKS):
+        known = self._known(key)
+        if known is not None:
             return known
-        prefixes = self._prefixes(key)
-        for prefix in prefixes:
-            if prefix not in self._claims:
-                found = {n: self._store_get_sync(_join(prefix, n), None) for n in _METADATA}
-                self._claims[prefix] = self._parse(prefix, found)
-        return self._remember(folder, prefixes)
+        for prefix in self._unread(key):
+            found = {n: self._store_get_sync(_join(prefix, n), None) for n in _METADATA}
+            self._claims[prefix] = self._parse(found)
+        return self._remember(key)
 
-    def _remember(self, folder: str, prefixes: list[str]) -> list[Layout]:
-        if not prefixes:
-            return []  # a metadata key
-        layouts = self._below[folder] = self._layouts_of(prefixes)
+    def _remember(self, key: str) -> list[Layout]:
+        layouts = self._below[key.rpartition("/")[0]] = self._layouts_of(self._prefixes(key))
         return layouts
 
     def _store_get_sync(self, key: str, byte_range: ByteRequest | None) -> Buffer | None:
