@@ -38,6 +38,12 @@ class TransactionLevels:
         tb: TracebackType | None,
     ) -> None: ...
 
+def check_inside(
+    inside: tuple[Level, ...], owner: object, writer: Writer | None = None
+) -> int:
+    """The serial of the level of `owner` that code inside `inside` writes in (0: none);
+    raises ClosedError or NestingError if that level can no longer be written."""
+
 @disjoint_base
 class Level:
     """One level of an explicit transaction, on the writer it was opened on (for good)."""

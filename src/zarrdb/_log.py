@@ -45,7 +45,7 @@ def _code_name(rc: int) -> str:
 class WriterEvents:
     """What the writer thread of a store has recorded and Python has not logged yet."""
 
-    __slots__ = ("checkpoint_failures", "db", "in_wal", "path", "writer")
+    __slots__ = ("checkpoint_failures", "db", "in_wal", "mark", "path", "writer")
 
     def __init__(self, writer: Any, db: Any, path: str) -> None:
         self.writer = writer
@@ -53,6 +53,8 @@ class WriterEvents:
         self.path = path
         self.in_wal: bool = writer.in_wal
         self.checkpoint_failures: int = writer.checkpoint_failures[0]
+        # writer.events as last reported: a write reports only when it has grown.
+        self.mark: int = -1
 
     def report(self) -> None:
         """Log what happened since the last report (the counters are read without the writer's

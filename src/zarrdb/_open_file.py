@@ -6,7 +6,7 @@ threads that read it, the process id, and whether it is closed, behind one lock.
 way only, new -> open -> closed: a closed one (close() of the store, garbage collection of the
 store, the end of the program) and one inherited by a forked child are never used again; the
 store replaces them (SQLiteStore._file) with a new one, unless the program is ending or the
-calling code is in a transaction level of the old one (_transactions.check_inside).
+calling code is in a transaction level of the old one (_core.check_inside).
 
 - Opening (_file_setup.py): a missing file is created atomically; an existing one is checked
   against the SQLiteStore 1.0 rules.
@@ -40,7 +40,8 @@ from zarrdb import remote as _remote
 from zarrdb._core import Database, give_back_free_pages, record_modified_at
 from zarrdb._readers import ReaderPool
 from zarrdb._submitting import Submitter
-from zarrdb._transactions import INSIDE, check_inside
+from zarrdb._core import Level, check_inside
+from zarrdb._transactions import INSIDE
 
 T = TypeVar("T")
 
@@ -414,32 +415,51 @@ class OpenFileHolder:
 
     def _file_for_write(self) -> OpenFile:
         """The open file, unless the calling code is in a transaction level that can no longer
-        be written (_transactions.check_inside): such a write does not even open the store
+        be written (zarrdb._core.check_inside): such a write does not even open the store
         again."""
+        return self._checked_file(INSIDE.get())[0]
+
+    def _checked_file(self, inside: tuple[Level, ...]) -> tuple[OpenFile, int]:
+        """_file_for_write for code working inside the levels `inside`, and the serial of the
+        one of this store it writes in (0: none)."""
         file = self._open_file
         if not file.ready:
-            if not file.reusable:
-                check_inside(self._spec.key)
+            if inside and not file.reusable:
+                check_inside(inside, self._spec.key)
             file = self._current_file().open()
         # Checked with the file in hand: a close() from another thread before this fails the
         # check, one after it fails the write (its writer is closed); neither is written into
         # the file opened again meanwhile. A level keeps the writer it was opened on: one
         # whose file close() has marked closed, though its writer is not closed yet, is over
-        # too (the write would go, plain, to the file opened again). (Code in no transaction
-        # level, the common case, costs one look at the context.)
-        if INSIDE.get():
-            submitter = file.submitter
-            check_inside(self._spec.key, submitter.writer if submitter is not None else None)
-        return file
-
-    def _submitter(self) -> Submitter:
-        """The writer of the open file; for a writable store only (the store checks that
-        first). ClosedError in a transaction level whose file was closed or is the parent
-        process's; NestingError in one rolled back by the level around it."""
-        file = self._open_file
-        if not file.ready or INSIDE.get():
-            file = self._file_for_write()
+        # too (the write would go, plain, to the file opened again).
+        if not inside:
+            return file, 0
         submitter = file.submitter
+        return file, check_inside(inside, self._spec.key, submitter.writer if submitter else None)
+
+    def _write_target(self) -> tuple[Submitter, int]:
+        """The writer of the open file, and the serial of the transaction level of this store
+        the calling code writes in (0: none; the writer queues the write only while that level
+        is the innermost open one). For a writable store only (the store checks that first).
+        ClosedError in a transaction level whose file was closed or is the parent process's;
+        NestingError in one rolled back by the level around it or ended. (Code in no
+        transaction level, the common case, costs one look at the context.)"""
+        file = self._open_file
+        inside = INSIDE.get()
+        level = 0
+        if not file.ready:
+            file, level = self._checked_file(inside)
+            submitter = file.submitter
+        else:
+            submitter = file.submitter
+            if inside:  # (_checked_file's check, inline: it runs for every write in a level)
+                level = check_inside(
+                    inside, self._spec.key, submitter.writer if submitter is not None else None
+                )
         if submitter is None:  # a writable store's open file has one until it is closed
             raise errors.ClosedError(f"the store {self.path!r} was closed meanwhile")
-        return submitter
+        return submitter, level
+
+    def _submitter(self) -> Submitter:
+        """The writer of the open file (_write_target's, without the level)."""
+        return self._write_target()[0]

@@ -69,16 +69,19 @@ class Submitter:
 
     # --- submitting ------------------------------------------------------------------------------
 
-    def write_sync(self, ops: Sequence[Op]) -> None:
+    def write_sync(self, ops: Sequence[Op], level: int) -> None:
         """Queue `ops` and return once they are committed; raises the write's error. While an
         explicit transaction is open, returns once they are queued: they are the
-        transaction's, committed or rolled back with it."""
-        self.queue_bursts_here()
+        transaction's, committed or rolled back with it. `level`: the serial of the level the
+        caller writes in (0: none; see the store's _write_target, which checked it)."""
+        if self.watches:  # (an event loop wrote through this store: see queue_bursts_here)
+            self.queue_bursts_here()
         # On an event loop's thread, a write made while a transaction begins joins it: left
         # for after its end, it would wait for a block that only the loop it blocks can end.
-        on_loop = _compat.running_loop() is not None
-        self.writer.write(ops, expected_level(self.writer), on_loop)
-        self.events.report()
+        writer = self.writer
+        writer.write(ops, level, _compat.running_loop() is not None)
+        if writer.events != self.events.mark:
+            self.events.report()
 
     def write_async(self, ops: Sequence[Op]) -> Awaitable[None]:
         """As write_sync, for a coroutine to await: the event loop runs on while the writer

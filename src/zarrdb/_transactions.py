@@ -52,55 +52,6 @@ S = TypeVar("S")  # the session a Transaction gives when entered (the store)
 INSIDE: ContextVar[tuple[Level, ...]] = ContextVar("zarrdb_transactions", default=())
 
 
-def check_inside(owner: object, writer: Writer | None = None) -> None:
-    """Raise if the calling code is inside a level of `owner`'s transactions that can no longer
-    be written: ClosedError if the open file it belongs to was closed (or is the parent
-    process's), or if `writer`, the one the write would go to, is not the level's (the store
-    has another open file: the level's is closing, even if its writer is not closed yet);
-    NestingError if the level around it ended first and rolled it back, or if another level is
-    open inside it (a write from its code would be undone with that level)."""
-    inside = INSIDE.get()
-    if not inside:
-        return
-    for level in reversed(inside):
-        if level.owner is not owner:
-            continue
-        if level.is_open:
-            if not level.usable or (writer is not None and level.writer is not writer):
-                raise errors.ClosedError(
-                    f"the transaction on {level.writer.path!r} this code writes in is over: the "
-                    "store was closed (or the transaction is another process's) before its "
-                    "block ended, and nothing of it was written"
-                )
-            innermost = level.writer.innermost_level
-            if innermost is not None and innermost is not level:
-                # Its write would be written inside the savepoint of a level that another
-                # task or thread opened within this one, and undone with that level.
-                raise errors.NestingError(
-                    f"a level of the transaction on {level.writer.path!r} is open inside the one "
-                    "this code writes in (entered by a task or thread started in it): a write "
-                    "from the level around it would go with that level's rollback. Levels nest "
-                    "one at a time: end the inner level first"
-                )
-            return
-        if level.undone:
-            raise errors.NestingError(
-                f"the transaction level on {level.writer.path!r} this code writes in was rolled "
-                "back: the level around it ended while it was still open"
-            )
-        if not level.usable:
-            raise errors.ClosedError(
-                f"the transaction on {level.writer.path!r} this code writes in is over: the "
-                "store was closed (or the transaction is another process's) before its block "
-                "ended"
-            )
-        raise errors.NestingError(
-            f"the transaction level on {level.writer.path!r} this code was started in has "
-            "ended: a task or thread its block did not wait for can no longer write through "
-            "the store in it (await it, or join it, before the block ends)"
-        )
-
-
 def expected_level(writer: Writer) -> int:
     """The serial of the innermost transaction level of `writer` that the calling code is in
     (0: none), open or not: the writer queues its write only if that level is then the

@@ -582,6 +582,13 @@ cdef class Writer:
         return (self.w.ck.n_failed, self.w.ck.last_rc, self.w.ck.log, self.w.ck.backfilled)
 
     @property
+    def events(self):
+        """A count that grows whenever the writer has something for zarrdb._log.WriterEvents to
+        log (a checkpoint failed, the switch to WAL, a wait for another connection's lock):
+        one look per write tells whether a report has anything to do. Read without the lock."""
+        return self.w.ck.n_failed + self.w.autowal.in_wal + self.db._busy.waits
+
+    @property
     def in_wal(self):
         """The writer has the file in WAL mode (it switched, or the file started in it). Read
         without the lock: the writer thread sets it after a commit, and a report may be one

@@ -402,3 +402,60 @@ cdef class TransactionLevels:
                 _end_level(level.writer, level, exc_type is None)
         finally:
             entered.remove(level)
+
+
+def check_inside(tuple inside, object owner, Writer writer=None):
+    """The serial of the transaction level of `owner` (a store's FileSpec.key) that code
+    working inside the levels `inside` (zarrdb._transactions.INSIDE, outermost first) writes
+    in; 0 if it is in none. Raises if that level can no longer be written: ClosedError if its
+    open file was closed (or is the parent process's), or if `writer`, the one the write would
+    go to, is not the level's (the store has another open file: the level's is closing, even
+    if its writer is not closed yet); NestingError if the level around it ended first and
+    rolled it back, if its block has ended, or if another level is open inside it (a write from
+    its code would be undone with that level). Compiled, and given the context's list once: it
+    runs for every write made in a transaction."""
+    cdef Py_ssize_t i = len(inside)
+    cdef Level level
+    cdef list stack
+    cdef bint usable
+    while i > 0:
+        i -= 1
+        level = <Level?>inside[i]
+        if level.owner is not owner:
+            continue
+        usable = not level.writer._closed and level.writer.pid == _current_pid
+        if level.state == LEVEL_OPEN:
+            if not usable or (writer is not None and level.writer is not writer):
+                raise _errors.ClosedError(
+                    f"the transaction on {level.writer.path!r} this code writes in is over: "
+                    "the store was closed (or the transaction is another process's) before its "
+                    "block ended, and nothing of it was written"
+                )
+            stack = level.writer._stack
+            if stack and stack[len(stack) - 1] is not level:
+                # Its write would be written inside the savepoint of a level that another
+                # task or thread opened within this one, and undone with that level.
+                raise _errors.NestingError(
+                    f"a level of the transaction on {level.writer.path!r} is open inside the "
+                    "one this code writes in (entered by a task or thread started in it): a "
+                    "write from the level around it would go with that level's rollback. "
+                    "Levels nest one at a time: end the inner level first"
+                )
+            return level.serial
+        if level.state == LEVEL_UNDONE:
+            raise _errors.NestingError(
+                f"the transaction level on {level.writer.path!r} this code writes in was "
+                "rolled back: the level around it ended while it was still open"
+            )
+        if not usable:
+            raise _errors.ClosedError(
+                f"the transaction on {level.writer.path!r} this code writes in is over: the "
+                "store was closed (or the transaction is another process's) before its block "
+                "ended"
+            )
+        raise _errors.NestingError(
+            f"the transaction level on {level.writer.path!r} this code was started in has "
+            "ended: a task or thread its block did not wait for can no longer write through "
+            "the store in it (await it, or join it, before the block ends)"
+        )
+    return 0

@@ -387,12 +387,14 @@ class SQLiteStore(FileOperations, Reads, OpenFileHolder, Store):
         """
         self._check_writable()
         op = self._set_op(key, value)
-        self._submitter().write_sync([op])
+        submitter, level = self._write_target()
+        submitter.write_sync([op], level)
 
     def delete_sync(self, key: str) -> None:
         """Delete `key` (if stored) without an event loop; the synchronous form of `delete`."""
         self._check_writable()
-        self._submitter().write_sync([("delete", _format.check_key(key), None)])
+        submitter, level = self._write_target()
+        submitter.write_sync([("delete", _format.check_key(key), None)], level)
 
     async def _write(self, ops: list[tuple[str, str, Any]]) -> None:
         self._check_writable()
