@@ -462,4 +462,9 @@ class OpenFileHolder:
 
     def _submitter(self) -> Submitter:
         """The writer of the open file (_write_target's, without the level)."""
+        file = self._open_file
+        if file.ready and not INSIDE.get():  # (the common case, without a tuple)
+            submitter = file.submitter
+            if submitter is not None:
+                return submitter
         return self._write_target()[0]
