@@ -35,11 +35,10 @@ import stat
 from collections.abc import Callable
 from typing import NamedTuple
 
-from zarrdb import errors
+from zarrdb import _format, errors
 
 SIDECARS = ("-wal", "-shm", "-journal")
 _HEADER = 100
-_MAGIC = b"SQLite format 3\x00"
 
 
 class Found(NamedTuple):
@@ -89,7 +88,11 @@ def check_header(
     a file in rollback mode; DatabaseCorruptError if the size is not the header's, or the
     file is mostly holes."""
     first = read()
-    if first is None or len(first[0]) < _HEADER or not first[0].startswith(_MAGIC):
+    if (
+        first is None
+        or len(first[0]) < _HEADER
+        or not first[0].startswith(_format.SQLITE_HEADER)
+    ):
         return
     head = first[0]
     if data is not None:
@@ -120,7 +123,11 @@ def check_holes(
     zero blocks keep those as holes; a file of 1 TiB holding 11 KB has 2^30 of them. Every
     size SQLite reads by comes from the file's length: the whole-file commands (snapshot,
     check, vacuum) would work through all of it."""
-    if first is None or len(first[0]) < _HEADER or not first[0].startswith(_MAGIC):
+    if (
+        first is None
+        or len(first[0]) < _HEADER
+        or not first[0].startswith(_format.SQLITE_HEADER)
+    ):
         return
     head, size = first
     page_size = int.from_bytes(head[16:18], "big")

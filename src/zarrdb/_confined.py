@@ -24,6 +24,8 @@ from typing import Any
 from zarr.core.buffer import Buffer
 from zarr.storage import LocalStore
 
+from zarrdb import _compat
+
 _HOPS = 40  # links followed on the way to one file, as the kernel allows
 _CONFINED = os.name == "posix" and hasattr(os, "O_NOFOLLOW") and os.open in os.supports_dir_fd
 
@@ -34,17 +36,15 @@ class ConfinedLocalStore(LocalStore):
     def set_sync(self, key: str, value: Buffer) -> None:
         if not _CONFINED:
             return super().set_sync(key, value)
-        ensure_open = getattr(self, "_ensure_open_sync", None)  # zarr 3.1 has no sync surface
-        if ensure_open is not None:
-            ensure_open()
-        self._check_writable()
+        _compat.ensure_open_sync(self)
+        _compat.check_writable(self)
         put_beneath(str(self.root), key, value.as_buffer_like())
 
     async def _set(self, key: str, value: Buffer, exclusive: bool = False) -> None:
         if not _CONFINED:
-            return await super()._set(key, value, exclusive=exclusive)
-        await self._ensure_open()
-        self._check_writable()
+            return await _compat.local_store_set(self, key, value, exclusive)
+        await _compat.ensure_open(self)
+        _compat.check_writable(self)
         await asyncio.to_thread(
             put_beneath, str(self.root), key, value.as_buffer_like(), exclusive=exclusive
         )

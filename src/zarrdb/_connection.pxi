@@ -51,7 +51,7 @@ cdef class Database(_FileStatements):
         mode="c",
         uri=False,
         immutable=False,
-        busy_timeout=5.0,
+        busy_timeout=None,
         page_size=None,
         cache_size=None,
         mmap_size=None,
@@ -175,13 +175,9 @@ cdef class Database(_FileStatements):
             return raised
         if beyond is not None:
             return beyond
-        if (rc & 0xFF) == SQLITE_CANTOPEN and self.beside is not None:
-            # The guarded VFS refused a -wal or -journal put beside the file after it was
-            # opened: say which, as the check at open would have.
-            try:
-                _beside.check(self.path)
-            except _errors.SidecarError as exc:
-                return exc
+        planted = _planted_sidecar(self, rc)
+        if planted is not None:
+            return planted
         return _sqlite_exception(rc, self.db, self.path, context, self._busy_timeout)
 
     cdef object _error_beyond(self, int rc):
@@ -513,3 +509,16 @@ cdef class Database(_FileStatements):
     def executescript(self, sql):
         """Run several SQL statements (no parameters, no results)."""
         return _executescript(self, sql)
+
+
+cdef object _planted_sidecar(Database db, int rc):
+    """The SidecarError for `rc` on `db`'s file if it is the guarded VFS refusing a -wal or
+    -journal put beside the file after it was opened (None: it is not): said as the check at
+    open would have. Part of every connection's errors, the writer thread's too (its failures
+    are built from what it recorded, _write_error)."""
+    if (rc & 0xFF) == SQLITE_CANTOPEN and db.beside is not None:
+        try:
+            _beside.check(db.path)
+        except _errors.SidecarError as exc:
+            return exc
+    return None

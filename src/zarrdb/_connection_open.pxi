@@ -201,7 +201,8 @@ cdef int _open(Database self, object path, object mode, bint uri, bint immutable
             self.beside = sidecars
             self.header = (self._main_head() or (b"", 0))[0]
             _beside.check_header(path, sidecars, self._main_head, self._main_data)
-        self._busy_timeout = max(0.0, float(busy_timeout))
+        self._busy_timeout = max(
+            0.0, float(_tunables.BUSY_TIMEOUT if busy_timeout is None else busy_timeout))
         self._busy.timeout_us = <int64_t>self._busy_ms() * 1000
         with nogil:
             sqlite3_busy_handler(handle, _busy_wait, &self._busy)

@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from zarrdb import _copy_engine as engine
 from zarrdb import _compat, _places, _zipfiles
+from zarrdb._format import SQLITE_HEADER, ZARRDB_SUFFIXES
 
 if TYPE_CHECKING:
     from zarr.abc.store import Store
 
 IfExists = Literal["raise", "replace", "skip"]
-SQLITE_HEADER = b"SQLite format 3\x00"
-ZARRDB_SUFFIXES = (".zarrdb", ".sqlite", ".sqlite3", ".db")
 
 
 @dataclass

@@ -4,9 +4,9 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, Self, TypeAlias, TypeVar, overload
 
-from typing_extensions import Buffer, Self, disjoint_base
+from typing_extensions import Buffer, disjoint_base
 
 _T = TypeVar("_T")
 
@@ -28,9 +28,9 @@ class TransactionLevels:
     def __init__(self) -> None: ...
     @property
     def levels(self) -> list[Level]: ...
-    def _push(self, level: Level) -> None: ...
-    def _drop(self, level: Level) -> None: ...
-    def _pop(self) -> Level: ...
+    def list_level(self, level: Level) -> None: ...
+    def unlist_level(self, level: Level) -> None: ...
+    def take_innermost(self) -> Level: ...
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
@@ -88,7 +88,7 @@ class _Atomic:
 FACT_QUERIES: dict[str, str]  # the statements that read what a file is, by name
 
 class _FileStatements:
-    """The SQL the Python layer needs of a file, by name (_db_format.pxi)."""
+    """The SQL the Python layer needs of a file, by name (_file_statements.pxi)."""
 
     def atomic_call(self, fn: Callable[[Database], _T]) -> _T:
         """`fn(self)` as one unit, as _atomic_call: the name the Python layer calls."""
@@ -127,7 +127,7 @@ class Database(_FileStatements):
         mode: Literal["r", "w", "c"] = "c",
         uri: bool = False,
         immutable: bool = False,
-        busy_timeout: float = 5.0,
+        busy_timeout: float | None = None,
         page_size: int | None = None,
         cache_size: int | None = None,
         mmap_size: int | None = None,
@@ -255,7 +255,7 @@ class Database(_FileStatements):
 
 # One write: (kind, key, value), kind "set", "set_if_absent", "delete" or "delete_prefix"
 # (value None for the deletes).
-_Op = tuple[str, str, Buffer | None]
+_Op: TypeAlias = tuple[str, str, Buffer | None]
 
 @disjoint_base
 class Submission:
@@ -476,7 +476,11 @@ class RemoteDatabase(Database):
     source: RemoteFile
 
     def __init__(
-        self, source: RemoteFile, *, busy_timeout: float = 5.0, cache_size: int | None = None
+        self,
+        source: RemoteFile,
+        *,
+        busy_timeout: float | None = None,
+        cache_size: int | None = None,
     ) -> None: ...
     def get(self, key: str) -> bytes | None:
         """As Database.get; the value's length is looked up first and fetched at once."""

@@ -174,7 +174,7 @@ include "_exceptions.pxi"  # result codes to exceptions: the one builder
 include "_statements.pxi"  # the SQL, by number
 include "_keys.pxi"  # keys and key ranges as bound, the listing arena
 include "_connection_open.pxi"  # limits, defensive mode, lock waits, signal looks; opening
-include "_db_format.pxi"  # the named statements of the Python layer: Database's base class
+include "_file_statements.pxi"  # the named statements of the Python layer: Database's base class
 include "_connection.pxi"  # the Database class: state, plumbing, its methods
 include "_reads.pxi"  # values whole, into buffers, by ranges, in batches; blobs
 include "_listings.pxi"  # keys by prefix, children, sizes and counts, renames

@@ -9,9 +9,11 @@
 # nothing a caller could act on: sqlite3_reset and sqlite3_finalize (they repeat the error of
 # the statement's last step, already turned into an exception, or SQLITE_OK); sqlite3_close_v2
 # (SQLITE_OK for any open handle: the close waits for the last statement's finalization);
-# sqlite3_limit, sqlite3_busy_handler, sqlite3_busy_timeout, sqlite3_progress_handler and
-# sqlite3_wal_hook (the previous setting, or SQLITE_OK: they fail only on a NULL handle).
-# Other unchecked calls say why where they are made.
+# sqlite3_blob_close (it returns the error of the blob's last read or write, already turned
+# into an exception, or met by the write whose own error wins); sqlite3_limit,
+# sqlite3_busy_handler and sqlite3_busy_timeout (the previous setting, or SQLITE_OK: they fail
+# only on a NULL handle). sqlite3_progress_handler returns nothing, sqlite3_wal_hook the
+# previous hook's argument. Other unchecked calls say why where they are made.
 
 # Result codes of zarrdb's own, not SQLite's (SQLite's are all >= 0). A listing met a NULL key
 # (a foreign writer broke the schema's rules), or keys out of order (a damaged index); a read

@@ -20,6 +20,10 @@ SUPPORTED_MAJOR = 1
 # Flags this implementation understands (none are defined in 1.0).
 KNOWN_COMPATIBLE_FLAGS: frozenset[str] = frozenset()
 KNOWN_INCOMPATIBLE_FLAGS: frozenset[str] = frozenset()
+# The first 16 bytes of every SQLite database file (SQLite's file format: the header string).
+SQLITE_HEADER = b"SQLite format 3\x00"
+# The names a SQLiteStore file goes by: what the command line and copies take for one.
+ZARRDB_SUFFIXES = (".zarrdb", ".sqlite", ".sqlite3", ".db")
 # The largest value a SQLiteStore file can hold (3 bytes less than 2 GiB).
 MAX_VALUE_SIZE = 2_147_483_645
 

@@ -11,8 +11,8 @@ import weakref
 from typing import Protocol, TypeVar
 
 
-class OpenFile(Protocol):
-    """What the registry needs to know of a store's connections (_open_file.OpenFile)."""
+class LiveFile(Protocol):
+    """What the registry needs to know of a store's open file (_open_file.OpenFile)."""
 
     store_path: str
     pid: int
@@ -23,13 +23,13 @@ class OpenFile(Protocol):
     def holds_local_file(self) -> bool: ...
 
 
-F = TypeVar("F", bound=OpenFile)
+F = TypeVar("F", bound=LiveFile)
 
 # Every store's connections alive in this process.
-_live: weakref.WeakSet[OpenFile] = weakref.WeakSet()
+_live: weakref.WeakSet[LiveFile] = weakref.WeakSet()
 
 
-def register(conns: OpenFile) -> None:
+def register(conns: LiveFile) -> None:
     _live.add(conns)
 
 

@@ -105,7 +105,7 @@ cdef int _defensive(Database self, int on) except -1:
     is closed (it would go on trusting the file's SQL)."""
     cdef int rc = sqlite3_db_config(self.db, SQLITE_DBCONFIG_DEFENSIVE, on, <int*>NULL)
     if rc != SQLITE_OK:
-        err = _sqlite_exception(rc, self.db, self.path, "cannot set defensive mode on")
+        err = self._error(rc, "cannot set defensive mode on")
         if on:
             self._close()
         raise err

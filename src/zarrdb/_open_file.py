@@ -37,10 +37,15 @@ from typing import Any, TypeVar
 
 from zarrdb import _format, _live_stores, _file_setup, _pause, errors
 from zarrdb import remote as _remote
-from zarrdb._core import Database, give_back_free_pages, record_modified_at
+from zarrdb._core import (
+    Database,
+    Level,
+    check_inside,
+    give_back_free_pages,
+    record_modified_at,
+)
 from zarrdb._readers import ReaderPool
 from zarrdb._submitting import Submitter
-from zarrdb._core import Level, check_inside
 from zarrdb._transactions import INSIDE
 
 T = TypeVar("T")
@@ -383,6 +388,11 @@ class OpenFileHolder:
     _spec: FileSpec
     _expect_etag: str | None
     _open_file: OpenFile
+
+    def _check_writes(self) -> None:
+        """Raise ValueError, as zarr's own stores do, if the store was opened read-only."""
+        if self._spec.read_only:
+            raise ValueError("store was opened in read-only mode and does not support writing")
 
     def _new_file(self) -> OpenFile:
         file = OpenFile(self._spec, self._expect_etag)

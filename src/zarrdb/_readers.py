@@ -10,12 +10,8 @@ import time
 import weakref
 from collections.abc import Callable
 
-from zarrdb import errors
+from zarrdb import _tunables, errors
 from zarrdb._core import Database
-
-# Closing waits this long (seconds) for a read still running in another thread to end before it
-# interrupts it, and as long again for the interrupted read to return.
-CLOSE_READ_GRACE = 5.0
 
 
 class _Lease:
@@ -109,10 +105,13 @@ class ReaderPool:
             raise failed
 
 
-def _close_when_free(db: Database, wait: float = CLOSE_READ_GRACE) -> None:
+def _close_when_free(db: Database, wait: float | None = None) -> None:
     """Close a read connection another thread may be in the middle of using (zarr's reads of
     a call that failed go on in its own thread after the caller got the error): wait for that
-    read to end, interrupt it if it does not, then close."""
+    read to end, interrupt it if it does not, then close (`wait`: seconds, by default
+    _tunables.CLOSE_READ_GRACE)."""
+    if wait is None:
+        wait = _tunables.CLOSE_READ_GRACE
     deadline = time.monotonic() + wait
     interrupted = False
     while True:

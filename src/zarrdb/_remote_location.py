@@ -55,11 +55,7 @@ DEFAULT_TIMEOUTS = {"connect_timeout": "5s", "read_timeout": "10s", "timeout": "
 """Client options a URL is read with unless its storage_options give them: `timeout` is the
 deadline of a whole request (zarrdb also stops waiting for it then), `read_timeout` the
 longest silence, `connect_timeout` the wait for a connection."""
-# How long after a request's deadline zarrdb stops waiting for it, if the client has not
-# ended it by then: the client's own error, which says more, normally comes first.
-_DEADLINE_GRACE = 2.0
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def is_url(path: object) -> TypeGuard[str]:
@@ -281,7 +277,7 @@ class RemoteLocation:
         if given is None and self.base is None:
             given = (getattr(self._store, "client_options", None) or {}).get("timeout")
         seconds = _duration(given if given is not None else DEFAULT_TIMEOUTS["timeout"])
-        return seconds.total_seconds() + _DEADLINE_GRACE
+        return seconds.total_seconds() + _tunables.REMOTE_DEADLINE_GRACE
 
     def __getstate__(self) -> dict[str, Any]:
         state: dict[str, Any] = {"url": self.url, "storage_options": self.storage_options}

@@ -21,13 +21,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
-from zarrdb import errors
+from zarrdb import _tunables, errors
 
 _T = TypeVar("_T")
 
 # interrupt_requests() counts up; a wait that began at another count ends.
 _interrupts = 0
-_WAIT_STEP = 0.1  # seconds between looks at the count while waiting for a request
 
 
 def interrupt_requests() -> None:
@@ -120,7 +119,7 @@ class Slots:
         closing = getattr(_reader, "closing", None)
         with self._changed:
             while self.taken >= self.limit:
-                self._changed.wait(_WAIT_STEP)
+                self._changed.wait(_tunables.REMOTE_WAIT_STEP)
                 _check_waiting(started_at, closing)
             self.taken += 1
 
@@ -229,7 +228,7 @@ def interruptible(call: Callable[[], _T], deadline: float | None = None) -> _T:
     closing = getattr(_reader, "closing", None)
     give_up = None if deadline is None else time.monotonic() + deadline
     _workers.submit(job)
-    while not done.wait(_WAIT_STEP):
+    while not done.wait(_tunables.REMOTE_WAIT_STEP):
         _check_waiting(started_at, closing)
         if give_up is not None and time.monotonic() > give_up:
             # A server that keeps the answer coming too slowly to end: the request is

@@ -227,7 +227,7 @@ cdef class RemoteDatabase(Database):
 
     cdef readonly RemoteFile source
 
-    def __init__(self, RemoteFile source not None, *, busy_timeout=5.0, cache_size=None):
+    def __init__(self, RemoteFile source not None, *, busy_timeout=None, cache_size=None):
         self.source = source
         self.path = source.url  # in messages, from the first (not the VFS's name for it)
         Database.__init__(self, source.name, mode="r", vfs=REMOTE_VFS,

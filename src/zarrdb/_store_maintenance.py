@@ -28,12 +28,12 @@ class FileOperations:
         def _file(self) -> OpenFile: ...
         def _current_file(self) -> OpenFile: ...
         def _file_for_write(self) -> OpenFile: ...
+        def _check_writes(self) -> None: ...
 
     def _maintain(self, fn: Callable[[Database], T]) -> T:
         """Run `fn(db)` on the write connection, once everything queued is written (inside
         an open explicit transaction, as part of it: the store object is the transaction's)."""
-        if self._spec.read_only:
-            raise ValueError("store was opened in read-only mode and does not support writing")
+        self._check_writes()
         return self._file_for_write().write_with(fn)
 
     def move(self, source: str, dest: str) -> int:

@@ -423,7 +423,7 @@ class CheckedStrings(WrapperStore[Store]):
         requests = list(requests)
         ranges = {key: byte_range for key, _, byte_range in requests}
         # (keys are unique in what zarr asks; a key asked twice is checked for the range kept)
-        async for key, value in self._store._get_many(requests):
+        async for key, value in _compat.get_many(self._store, requests):
             await self._check(key, [(ranges[key], value)])
             yield key, value
 

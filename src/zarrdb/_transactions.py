@@ -37,7 +37,7 @@ from zarrdb._core import Level, TransactionLevels, Writer
 from zarrdb._waits import in_daemon_thread
 
 
-class Submitter(Protocol):
+class LevelWriter(Protocol):
     """What a transaction needs of a store's writes (zarrdb._submitting.Submitter, which imports
     this module: named here by what it does, not imported)."""
 
@@ -93,7 +93,7 @@ class Transaction(TransactionLevels, Generic[S]):
     docstring for the rules). The levels it entered, and its compiled `__exit__`, are the
     engine's (zarrdb._core.TransactionLevels)."""
 
-    def __init__(self, store: S, submitter: Callable[[], Submitter], owner: object) -> None:
+    def __init__(self, store: S, submitter: Callable[[], LevelWriter], owner: object) -> None:
         self.store = store  # what entering gives
         # The store's writes; raises if the store may not write, or if the calling code is in
         # a level it can no longer write (check_inside).
@@ -109,7 +109,7 @@ class Transaction(TransactionLevels, Generic[S]):
         """Roll back `level` if it opened, and drop it (its __enter__ failed or was
         interrupted)."""
         _abandon(level)
-        self._drop(level)
+        self.unlist_level(level)
 
     def __enter__(self) -> S:
         # Ctrl-C or SIGTERM may raise at any point where Python runs signal handlers: as a
@@ -119,7 +119,7 @@ class Transaction(TransactionLevels, Generic[S]):
         level = self._level()
         _pause.point("txn.enter")
         try:
-            self._push(level)
+            self.list_level(level)
             level.writer.open_level(level, _parent(level))
             level.mark = INSIDE.set((*INSIDE.get(), level))
         except BaseException:
@@ -137,7 +137,7 @@ class Transaction(TransactionLevels, Generic[S]):
         # so end the wait): see zarrdb._waits. The context's mark is set here, in the coroutine.
         level = self._level()
         _pause.point("txn.enter")
-        self._push(level)
+        self.list_level(level)
         path = level.writer.path
         opening = in_daemon_thread(
             level.writer.open_level, level, _parent(level),
@@ -151,7 +151,7 @@ class Transaction(TransactionLevels, Generic[S]):
             await asyncio.shield(opening)
             level.mark = INSIDE.set((*INSIDE.get(), level))
         except BaseException:
-            self._drop(level)
+            self.unlist_level(level)
             if opening.done():
                 _abandon(level)
             else:  # cancelled: the thread goes on; end what it opens
@@ -161,7 +161,7 @@ class Transaction(TransactionLevels, Generic[S]):
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         _pause.point("txn.exit")
-        level = self._pop()
+        level = self.take_innermost()
         level.unmark()
         if level.is_open or level.undone:
             # Shielded: a task cancelled while the commit runs must not leave it half done.

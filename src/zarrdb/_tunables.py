@@ -185,6 +185,26 @@ SIGNAL_LOOK_MS = 100
 # benchmark varies it).
 BACKUP_STEP_PAGES = 1024
 
+# --- waits: how long, not how fast (no benchmark varies them) ---------------------------------
+
+# Seconds a connection waits for another process's lock before DatabaseLockedError: the
+# default of every public `busy_timeout` (read once: the signatures show it) and the engine's.
+BUSY_TIMEOUT = 5.0
+# Closing waits this long (seconds) for a read still running in another thread to end before
+# it interrupts it, and as long again for the interrupted read to return (_readers.py).
+CLOSE_READ_GRACE = 5.0
+# How long after a remote request's deadline zarrdb stops waiting for it, if the client has not
+# ended it by then: the client's own error, which says more, normally comes first.
+REMOTE_DEADLINE_GRACE = 2.0
+# Seconds between looks at the count of interrupt_requests() while waiting for a request.
+REMOTE_WAIT_STEP = 0.1
+# SQLite steps between two looks at Python's signals in `zarrdb check`'s statements (Python's
+# sqlite3 there, not the engine: each look is a call of a Python function, which runs the
+# handlers at its start). A hundred times more often than the engine's PROGRESS_STEPS: the
+# checker's statements are few and long (integrity_check), so its looks cost little in all
+# (chosen by hand; no benchmark varies it).
+CHECK_PROGRESS_STEPS = 1000
+
 
 def writer_options() -> dict[str, Any]:
     """The engine writer's tunables, as its keyword arguments (read now: a benchmark or a test

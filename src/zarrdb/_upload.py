@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from zarrdb import _tunables, errors
+from zarrdb._format import SQLITE_HEADER
 from zarrdb._live_stores import open_in_this_process
-from zarrdb._remote_location import SQLITE_MAGIC, RemoteLocation, load_obstore, request_error
+from zarrdb._remote_location import RemoteLocation, load_obstore, request_error
 
 MIB = 1024 * 1024
 # Object storage takes at most 10,000 parts (and parts of 5 MiB at least, the last excepted:
@@ -80,7 +81,7 @@ def check_closed(path: str) -> None:
         )
     with open(path, "rb") as f:
         header = f.read(100)
-    if header[:16] != SQLITE_MAGIC:
+    if header[:16] != SQLITE_HEADER:
         raise errors.NotADatabaseError(
             f"{path!r} is not an SQLite database (is this a .zarrdb file?)", code=26, filename=path
         )

@@ -11,7 +11,7 @@
 # - to an event loop through a completion port: a file descriptor the loop watches with
 #   add_reader; its callback drains the port, settles the futures and releases the buffers;
 # - to a synchronous caller through a condition variable it waits on with the GIL released.
-# Explicit transactions belong to the Writer (the store object's session), not to a thread:
+# Explicit transactions belong to the Writer (the store's open file), not to a thread:
 # while one is open, every submission joins it (written under a savepoint per batch). Its start
 # is marked under the mutex the moment begin(), holding the connection, has taken SQLite's
 # write lock (BEGIN IMMEDIATE): what was queued before is committed on its own (the part that

@@ -370,17 +370,17 @@ cdef class TransactionLevels:
         """The levels entered and not yet ended, outermost first (a copy)."""
         return list(self._entered)
 
-    def _push(self, Level level):
+    def list_level(self, Level level):
         """List `level` as entered (before it is opened: an interruption from here on finds
         it and rolls back what was opened)."""
         self._entered.append(level)
 
-    def _drop(self, Level level):
+    def unlist_level(self, Level level):
         """Forget `level` (its opening failed or was interrupted)."""
         if level in self._entered:
             self._entered.remove(level)
 
-    def _pop(self):
+    def take_innermost(self):
         """The innermost level entered, no longer listed."""
         if not self._entered:
             raise _errors.MisuseError("the transaction's block was not entered",

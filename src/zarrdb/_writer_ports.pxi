@@ -156,6 +156,9 @@ cdef object _write_error(Writer writer, int rc, int xrc, str message, object key
         context += f" ({note})"
     if rc == W_ERR_NOMEM:  # the writer's own allocation: SQLite's code and its text
         return _sqlite_exception(SQLITE_NOMEM, NULL, path, context)
+    planted = _planted_sidecar(writer.db, rc)
+    if planted is not None:
+        return planted
     return _sqlite_exception(rc, NULL, path, context, writer.busy_timeout, xrc, message)
 
 

@@ -33,7 +33,7 @@ from zarrdb import errors
 
 __all__ = ["ZIP_SUFFIXES", "ZipWriter", "inspect_zip", "is_zip_name", "ome_comment", "rfc9_order"]
 
-ZIP_SUFFIXES = (".zip", ".ozx")
+ZIP_SUFFIXES = (".zip", ".ozx")  # .ozx: OME-Zarr's zipped form (RFC-9)
 METADATA_NAMES = frozenset({"zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata"})
 
 _LOCAL = struct.Struct("<IHHHHHIIIHH")  # local file header, without name and extra

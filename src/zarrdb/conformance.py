@@ -24,19 +24,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from zarrdb import _beside, _format, errors
+from zarrdb import _beside, _format, _tunables, errors
 from zarrdb._core import CONNECTION_LIMITS, FACT_QUERIES
 from zarrdb._live_stores import open_in_this_process
 
 __all__ = ["KEY_RULES", "Finding", "Report", "check_file", "key_problem"]
 
-# SQLite's result codes, as Python's sqlite3 reports them (sqlite_errorcode & 0xFF).
-_SQLITE_BUSY = 5
-_SQLITE_LOCKED = 6
-_SQLITE_INTERRUPT = 9
-_SQLITE_NOTADB = 26
-# SQLite steps between two looks at Python's signal handlers (see _Connection).
-_PROGRESS_STEPS = 1000
 
 _EXPECTED_COLUMNS = {
     _format.METADATA_TABLE: (("k", "TEXT", True), ("v", "TEXT", False)),
@@ -86,7 +79,9 @@ def key_problem(key: str, flavour: str = "store") -> str | None:
     return None if reason is None else f"invalid key {key!r}: {reason}"
 
 
-def check_file(path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> Report:
+def check_file(
+    path: str | os.PathLike[str], *, busy_timeout: float = _tunables.BUSY_TIMEOUT
+) -> Report:
     """Check the SQLite database at `path` against the SQLiteStore 1.0 rules.
 
     Reads the file with Python's own `sqlite3`, read-only. A damaged file is not an error: the
@@ -188,33 +183,34 @@ def check_file(path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> Re
 
 def _raise_unusable(path: str, exc: sqlite3.DatabaseError, busy_timeout: float) -> None:
     """Raise what makes checking impossible (a lock, not a database, a hot journal that a
-    read-only connection cannot roll back); return on damage."""
+    read-only connection cannot roll back), built as the engine builds SQLite's errors
+    (errors.sqlite_error); return on damage."""
     extended = getattr(exc, "sqlite_errorcode", 0)
-    if extended == errors.SQLITE_READONLY_ROLLBACK:
-        raise errors.sqlite_error(extended, extended, str(exc), filename=path) from None
     code = extended & 0xFF
-    locked = (errors.DatabaseLockedError, f"the database is locked (waited {busy_timeout:g} s)")
-    unusable = {
-        _SQLITE_BUSY: locked,
-        _SQLITE_LOCKED: locked,
-        _SQLITE_NOTADB: (errors.NotADatabaseError, "is not a .zarrdb file (not SQLite)"),
-    }
-    if code in unusable:
-        cls, what = unusable[code]
-        message = f"{path}: {what}: {exc}"
-        raise cls(message, code=code, sqlite_message=str(exc), filename=path) from None
+    if extended == errors.SQLITE_READONLY_ROLLBACK:
+        context = ""
+    elif code in (errors.SQLITE_BUSY, errors.SQLITE_LOCKED):
+        context = f"cannot check: gave up after waiting {busy_timeout:g} s for a lock on"
+    elif code == errors.SQLITE_NOTADB:
+        context = "cannot check"
+    else:
+        return
+    raise errors.sqlite_error(
+        extended, extended, str(exc), filename=path, context=context
+    ) from None
 
 
 class _Connection:
     """What `_format.read_facts` needs (pragma and the statements of the engine's FACT_QUERIES)
     over Python's own sqlite3, with statements that Ctrl-C and SIGTERM interrupt: every
-    _PROGRESS_STEPS steps SQLite calls a Python function, at whose start Python runs its signal
-    handlers. What a handler raises there stops the statement (sqlite3 drops the exception and reports SQLITE_INTERRUPT), and
-    execute() raises KeyboardInterrupt in its place: nothing else interrupts this connection."""
+    _tunables.CHECK_PROGRESS_STEPS steps SQLite calls a Python function, at whose start Python
+    runs its signal handlers. What a handler raises there stops the statement (sqlite3 drops
+    the exception and reports SQLITE_INTERRUPT), and execute() raises KeyboardInterrupt in its
+    place: nothing else interrupts this connection."""
 
     def __init__(self, con: sqlite3.Connection) -> None:
         self.con = con
-        con.set_progress_handler(_keep_going, _PROGRESS_STEPS)
+        con.set_progress_handler(_keep_going, _tunables.CHECK_PROGRESS_STEPS)
         # The engine's limits, before anything parses the file's schema.
         for name, (_, value) in CONNECTION_LIMITS.items():
             con.setlimit(getattr(sqlite3, f"SQLITE_LIMIT_{name}"), value)
@@ -250,7 +246,7 @@ class _Connection:
         try:
             return self.con.execute(sql, params).fetchall()
         except sqlite3.OperationalError as exc:
-            if getattr(exc, "sqlite_errorcode", 0) & 0xFF == _SQLITE_INTERRUPT:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF == errors.SQLITE_INTERRUPT:
                 raise KeyboardInterrupt from None
             raise
 

@@ -32,7 +32,7 @@ from fsspec.asyn import AsyncFileSystem
 from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.core.buffer import cpu
 
-from zarrdb import _format
+from zarrdb import _compat, _format
 from zarrdb import remote as _remote
 from zarrdb.store import SQLiteStore
 
@@ -111,7 +111,7 @@ class ZarrDBFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec has no 
         # a key, relative to the file's root (as fsspec's zip filesystem does)
         if isinstance(path, list):
             return [cls._strip_protocol(p) for p in path]
-        stripped: str = super()._strip_protocol(path)
+        stripped: str = _compat.strip_protocol(cls, path)
         return stripped.strip("/")
 
     # --- the store ------------------------------------------------------------------------------

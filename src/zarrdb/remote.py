@@ -24,13 +24,12 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from zarrdb import _log, _tunables, errors
+from zarrdb import _format, _log, _tunables, errors
 from zarrdb._core import RemoteDatabase, RemoteFile
 from zarrdb._remote_location import (  # public here (zarrdb.remote), defined there
     DEFAULT_TIMEOUTS,
     MIB,
     SCHEMES,
-    SQLITE_MAGIC,
     BlockCache,
     RemoteLocation,
     load_obstore,
@@ -302,7 +301,7 @@ _LARGEST_FILE = 4_294_967_294 * 65_536
 def _check_header(header: bytes, url: str, size: int) -> None:
     """SQLite's header, not in WAL mode, and the object's size what the header says: SQLite
     bounds every read by the size the VFS gives it, which is the server's word."""
-    if header[:16] != SQLITE_MAGIC:
+    if header[:16] != _format.SQLITE_HEADER:
         raise errors.NotADatabaseError(
             f"{url!r} is not an SQLite database (is this a .zarrdb file?)",
             code=26,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from zarr.abc.store import Store
 from zarr.core.buffer import Buffer
 
-from zarrdb import _format, _tunables
+from zarrdb import _compat, _format, _tunables
 from zarrdb import remote as _remote
 from zarrdb._store_maintenance import FileOperations
 from zarrdb._reading import Reads
@@ -135,7 +135,7 @@ class SQLiteStore(FileOperations, Reads, OpenFileHolder, Store):
         read_only: bool = False,
         durability: Durability = "normal",
         page_size: int | None = None,
-        busy_timeout: float = 5.0,
+        busy_timeout: float = _tunables.BUSY_TIMEOUT,
         immutable: bool = False,
         cache_size: int | None = None,
         mmap_size: int | None = None,
@@ -208,7 +208,7 @@ class SQLiteStore(FileOperations, Reads, OpenFileHolder, Store):
         raises here rather than at the first use.
         """
         store = cls(*args, **kwargs)
-        await store._open()
+        await _compat.ensure_open(store)  # a new store: as zarr's Store.open (_open)
         return store
 
     @classmethod
@@ -248,8 +248,8 @@ class SQLiteStore(FileOperations, Reads, OpenFileHolder, Store):
         await self._ensure_open()
 
     def _writable_submitter(self) -> Submitter:
-        """The writer, after checking that the store may write (ReadOnlyError)."""
-        self._check_writable()
+        """The writer, after checking that the store may write (ValueError if read-only)."""
+        self._check_writes()
         return self._submitter()
 
     async def _ensure_open(self) -> None:
@@ -385,19 +385,19 @@ class SQLiteStore(FileOperations, Reads, OpenFileHolder, Store):
         The synchronous form of `set`, for zarr's codec threads; it raises what `set` raises.
         Inside a transaction it returns at once and the transaction commits it.
         """
-        self._check_writable()
+        self._check_writes()
         op = self._set_op(key, value)
         submitter, level = self._write_target()
         submitter.write_sync([op], level)
 
     def delete_sync(self, key: str) -> None:
         """Delete `key` (if stored) without an event loop; the synchronous form of `delete`."""
-        self._check_writable()
+        self._check_writes()
         submitter, level = self._write_target()
         submitter.write_sync([("delete", _format.check_key(key), None)], level)
 
     async def _write(self, ops: list[tuple[str, str, Any]]) -> None:
-        self._check_writable()
+        self._check_writes()
         await self._submitter().write_async(ops)
 
     async def set(self, key: str, value: Buffer) -> None:
@@ -415,17 +415,17 @@ class SQLiteStore(FileOperations, Reads, OpenFileHolder, Store):
         zarrdb.errors.ValueTooLargeError
             If the value is larger than 2,147,483,645 bytes.
         """
-        self._check_writable()
+        self._check_writes()
         op = self._set_op(key, value)
         await self._submitter().write_async([op])
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
         """Store `value` at `key` only if the key is not stored yet."""
-        self._check_writable()
+        self._check_writes()
         await self._write([self._set_op(key, value, "set_if_absent")])
 
     async def _set_many(self, values: Iterable[tuple[str, Buffer]]) -> None:
-        self._check_writable()
+        self._check_writes()
         ops = [self._set_op(key, value) for key, value in values]
         if ops:
             await self._write(ops)

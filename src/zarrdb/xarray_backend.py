@@ -26,7 +26,7 @@ from typing import Any
 
 from xarray.backends import BackendEntrypoint, ZarrBackendEntrypoint
 
-from zarrdb import _format, errors
+from zarrdb import _compat, _format, errors
 from zarrdb import remote as _remote
 from zarrdb._live_stores import open_in_this_process
 from zarrdb._string_chunks import CheckedStrings
@@ -36,7 +36,6 @@ __all__ = ["ZarrDBBackendEntrypoint"]
 
 SUFFIX = ".zarrdb"
 _PROTOCOL = "zarrdb:"  # zarrdb::PATH, zarrdb://group::PATH (zarrdb.filesystem)
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 MAX_COORDINATE_BYTES = 256 * 1024 * 1024
 """What the dimension coordinates of one open may declare together, in bytes, by default: 32
 million float64 values (a time axis of a second per step for a year is 31.5 million)."""
@@ -69,7 +68,7 @@ def is_sqlitestore_file(path: str) -> bool:
         return False
     return (
         len(head) == 72
-        and head[:16] == _SQLITE_MAGIC
+        and head[:16] == _format.SQLITE_HEADER
         and int.from_bytes(head[68:72], "big") == _format.APPLICATION_ID
     )
 
@@ -347,7 +346,7 @@ def _close_store_with(obj: Any, store: SQLiteStore) -> None:
     """Make closing `obj` (a Dataset or a DataTree node) close `store` after what closing it
     did before. xarray keeps that closer in `_close`, and reads it there itself to hand it on
     (to the dask-backed dataset `chunks=` makes, to the nodes of a tree)."""
-    obj.set_close(_StoreCloser(getattr(obj, "_close", None), store).close)
+    obj.set_close(_StoreCloser(_compat.xarray_closer(obj), store).close)
 
 
 class _StoreCloser:

@@ -22,7 +22,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from zarrdb import _format, errors
+from zarrdb import _format, _tunables, errors
 from zarrdb._file_setup import write_schema
 from zarrdb._core import Database
 from zarrdb.store import SQLiteStore
@@ -125,7 +125,10 @@ class UpgradeResult:
 
 
 def upgrade(
-    path: str | os.PathLike[str], *, to_v3: bool = False, busy_timeout: float = 5.0
+    path: str | os.PathLike[str],
+    *,
+    to_v3: bool = False,
+    busy_timeout: float = _tunables.BUSY_TIMEOUT,
 ) -> UpgradeResult:
     """Turn a file of zarr-python 2's `SQLiteStore` into a SQLiteStore 1.0 file, in place.
 

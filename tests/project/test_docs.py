@@ -205,6 +205,45 @@ def test_the_module_map_names_every_module_of_the_package_and_no_other():
     assert named - tree == set(), "docs/development.md's map names files the package lacks"
 
 
+# Names docs/architecture.md gives that are another project's, not zarrdb's: the first part of a
+# dotted name, or a whole name.
+_OTHERS = {"asyncio", "zarr", "zarr_io"}
+
+
+def _code_names(page: str) -> set[str]:
+    """The names of code a page gives in backticks (a function, `Class.method`, `file.py`),
+    without a call's arguments; code with spaces, brackets or operators is an example, and
+    left out."""
+    names = set()
+    for quoted in re.findall(r"`([^`]+)`", page):
+        name = re.sub(r"\(.*\)$", "", quoted)
+        if re.fullmatch(r"[A-Za-z_][\w.]*(/[\w.]+)?", name) and not name.startswith("."):
+            names.add(name)
+    return names
+
+
+def test_the_architecture_page_names_only_code_that_exists():
+    package = ROOT / "src" / "zarrdb"
+    sources = [p for p in package.rglob("*") if p.suffix in _SOURCE_SUFFIXES]
+    words = set(re.findall(r"\w+", "\n".join(p.read_text() for p in sources)))
+    files = {str(p.relative_to(package)) for p in sources}
+    names = _code_names((DOCS / "architecture.md").read_text())
+    assert len(names) > 50, names  # the page was read
+    missing = set()
+    for name in names:
+        if name.endswith(_SOURCE_SUFFIXES) and name.count(".") == 1:
+            if name not in files:
+                missing.add(name)
+        elif name.split(".")[0] not in _OTHERS and name != "zarrdb":
+            missing.update(part for part in name.split(".") if part not in words)
+    assert missing == set(), "docs/architecture.md names code the package does not have"
+
+
+def test_the_scan_of_code_names_leaves_out_examples():
+    page = "`Writer.write` `arr[:] = x` `close()` `get(key, n)` `cli/copy.py` `--verify` `.pxi`"
+    assert _code_names(page) == {"Writer.write", "close", "get", "cli/copy.py"}
+
+
 def _headings(page: str) -> list[str]:
     """The page's Markdown headings, as written (lines inside fenced code are not headings)."""
     headings: list[str] = []

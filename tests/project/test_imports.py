@@ -2,32 +2,18 @@
 inside functions and under `TYPE_CHECKING` (a type-only circle still ties two modules' designs
 together). The package root, which re-exports the public names, is left out.
 
-The package is read where Python imports it from: src/ in a checkout, site-packages where the
-tests run against an installed wheel."""
+The package is read where Python imports it from (project.helpers.PACKAGE)."""
 
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-import zarrdb
-
-PACKAGE = Path(zarrdb.__file__).resolve().parent
-
-
-def _modules() -> dict[str, Path]:
-    out = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        out[".".join(parts)] = path
-    return out
+from project.helpers import package_modules
 
 
 def import_graph() -> dict[str, set[str]]:
     """Module -> the package's modules it imports anywhere in its text."""
-    modules = _modules()
+    modules = package_modules()
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]

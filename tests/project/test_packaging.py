@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import zarrdb
+from project.helpers import CP
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = ROOT / "pyproject.toml"
@@ -28,8 +29,6 @@ SOURCE_TREE = all(
 
 # The wheels the project publishes: CPython 3.11-3.14 on each platform and architecture (no
 # free-threaded build).
-PYTHONS = ("3.11", "3.12", "3.13", "3.14")
-CP = [f"cp{v.replace('.', '')}" for v in PYTHONS]
 EXPECTED_BUILDS = {
     "linux": [
         f"{v}-{plat}"

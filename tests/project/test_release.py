@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from project.test_packaging import CP, PYTHONS
+from project.helpers import CP, PYTHONS
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"

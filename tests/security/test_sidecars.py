@@ -221,6 +221,32 @@ def test_the_checks_keep_the_locks_of_this_process(tmp_path):
 
 
 @needs_root
+@pytest.mark.parametrize("sidecar", ["-wal", "-journal"])
+def test_a_sidecar_planted_while_a_writer_has_the_file_open_is_named_by_its_write(
+    tmp_path, sidecar
+):
+    """The writer thread's failures are built as every connection's are: the write that
+    meets a -wal or -journal planted after the open (another user's) fails with SidecarError
+    saying so (before: a bare CantOpenError, "unable to open database file"), and the file
+    keeps what was committed."""
+    path = victim(tmp_path)
+    spare = tmp_path / "spare"
+    spare.mkdir()
+    planted = planted_wal(shutil.copyfile(path, spare / path.name), spare)
+    value = default_buffer_prototype().buffer.from_bytes(b"x")
+    store = SQLiteStore(path, journal="delete")
+    store.set_sync("first", value)
+    shutil.copyfile(planted, f"{path}{sidecar}")
+    os.chown(f"{path}{sidecar}", NOBODY, NOBODY)
+    with pytest.raises(errors.SidecarError, match="another user"):
+        store.set_sync("second", value)
+    os.remove(f"{path}{sidecar}")
+    store.close()
+    with SQLiteStore(path, read_only=True) as reader:
+        assert reader.get_sync("first") is not None and reader.get_sync("second") is None
+
+
+@needs_root
 def test_a_log_planted_while_the_file_is_open_is_not_read(tmp_path):
     """SQLite looks for a -wal again at each read of a file in rollback mode: one planted
     after the open (another user's) makes the read fail instead of being read (before: the

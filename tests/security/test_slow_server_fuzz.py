@@ -7,7 +7,7 @@ default retries, none, or a few.
 
 The property, for every case: each operation ends within the stated deadline of a request
 (retries included; an operation ends at the first request that fails), plus zarrdb's grace
-(_remote_location._DEADLINE_GRACE) and MARGIN for the process's own work; with exit code 0,
+(_tunables.REMOTE_DEADLINE_GRACE) and MARGIN for the process's own work; with exit code 0,
 1 or 2 and at most one line on stderr for a command, zarrdb's error or OSError for the store. The operations run in one child process
 (_fuzz_child.py) against servers on 127.0.0.1.
 
@@ -31,7 +31,7 @@ from security.test_coordinate_fuzz import run_child
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc for the peak")
 
-GRACE = 2.0  # _remote_location._DEADLINE_GRACE, as the docs state it
+GRACE = 2.0  # _tunables.REMOTE_DEADLINE_GRACE, as the docs state it
 MARGIN = 3.0
 BEHAVIOURS = ("trickle", "trickle_after_first", "stall", "stall_after_first")
 # A small first read and blocks, so that a store makes several requests after the first.

@@ -9,7 +9,6 @@ write that never returns fails the test in seconds."""
 from __future__ import annotations
 
 import asyncio
-import runpy
 import threading
 import time
 from collections.abc import Callable
@@ -19,10 +18,9 @@ import numpy as np
 import pytest
 from zarr.core.buffer import cpu
 
+from store._lock_holder import LockHolder
 from zarrdb import SQLiteStore, _core, _pause, _tunables
 
-# Loaded by its path: the tests run from any directory, without the repository on sys.path.
-LockHolder = runpy.run_path(str(Path(__file__).with_name("_lock_holder.py")))["LockHolder"]
 
 DEADLINE = 10.0  # seconds: far more than any of these writes needs once the lock is let go
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import runpy
 import weakref
 from pathlib import Path
 
@@ -17,10 +16,9 @@ import pytest
 from zarr.core.buffer import cpu
 
 from zarrdb import SQLiteStore, _tunables
+from store._lock_holder import LockHolder
 from zarrdb.errors import DatabaseLockedError
 
-# Loaded by its path: the tests run from any directory, without the repository on sys.path.
-LockHolder = runpy.run_path(str(Path(__file__).with_name("_lock_holder.py")))["LockHolder"]
 
 
 def value(i: int, size: int = 1024) -> cpu.Buffer:

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from zarrdb import _tunables
 from zarrdb.cli.framework import EPILOG, BadInput, printable
 
 # --- argument types (argparse turns their ArgumentTypeError into one line, exit code 2) ------
@@ -91,9 +92,10 @@ def add_busy_timeout(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--busy-timeout",
         type=seconds,
-        default=5.0,
+        default=_tunables.BUSY_TIMEOUT,
         metavar="SECONDS",
-        help="how long to wait for another process's lock on the file (default: 5)",
+        help="how long to wait for another process's lock on the file (default: "
+        f"{_tunables.BUSY_TIMEOUT:g})",
     )
 
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from zarrdb import errors, remote
+from zarrdb._format import SQLITE_HEADER, ZARRDB_SUFFIXES
+from zarrdb._zipfiles import ZIP_SUFFIXES
 from zarrdb.cli.framework import BadInput, one_line
 
 if TYPE_CHECKING:
@@ -27,9 +29,6 @@ if TYPE_CHECKING:
 
     from zarrdb import SQLiteStore
 
-SQLITE_HEADER = b"SQLite format 3\x00"
-ZARRDB_SUFFIXES = (".zarrdb", ".sqlite", ".sqlite3", ".db")
-ZIP_SUFFIXES = (".zip", ".ozx")  # .ozx: OME-Zarr's zipped form (RFC-9)
 STORE_KINDS = "a .zarrdb file, a .zip file, a directory or a URL"
 # For the help of the commands that take a URL.
 URL_HELP = (
