@@ -10,7 +10,7 @@ tests/project/test_seams.py holds the rest of the package to it).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def get_many(store: Store, requests: Any) -> Any:
     return store._get_many(requests)
 
 
-def local_store_set(store: Any, key: str, value: Any, exclusive: bool) -> Any:
+def local_store_set(store: Any, key: str, value: Any, exclusive: bool) -> Awaitable[None]:
     """zarr's LocalStore's own write of a value (its `_set`), for a subclass that overrides it
     and falls back to it: an awaitable."""
     from zarr.storage import LocalStore
@@ -101,7 +101,7 @@ def strip_protocol(cls: Any, path: Any) -> Any:
     path without its protocol (a subclass that overrides `_strip_protocol` calls this)."""
     from fsspec import AbstractFileSystem
 
-    return AbstractFileSystem._strip_protocol.__func__(cls, path)  # type: ignore[attr-defined]
+    return AbstractFileSystem._strip_protocol.__func__(cls, path)
 
 
 def xarray_closer(obj: Any) -> Any:

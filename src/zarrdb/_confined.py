@@ -42,7 +42,8 @@ class ConfinedLocalStore(LocalStore):
 
     async def _set(self, key: str, value: Buffer, exclusive: bool = False) -> None:
         if not _CONFINED:
-            return await _compat.local_store_set(self, key, value, exclusive)
+            await _compat.local_store_set(self, key, value, exclusive)
+            return
         await _compat.ensure_open(self)
         _compat.check_writable(self)
         await asyncio.to_thread(

@@ -418,6 +418,9 @@ class Writer:
         checkpoint saw, frames it copied)."""
 
     @property
+    def events(self) -> int:
+        """A count that grows whenever the writer has something for _log.WriterEvents to log."""
+    @property
     def in_wal(self) -> bool: ...
     @property
     def touch_skipped(self) -> bool: ...
