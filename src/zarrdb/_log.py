@@ -60,6 +60,7 @@ class WriterEvents:
         """Log what happened since the last report (the counters are read without the writer's
         lock: a count the writer is changing now is logged at the next report)."""
         writer = self.writer
+        self.mark = writer.events  # first: what comes during this report is for the next one
         if writer.in_wal and not self.in_wal:
             self.in_wal = True
             writer_logger.info(

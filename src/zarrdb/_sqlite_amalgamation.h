@@ -58,49 +58,117 @@ static void zarrdb_fork_child(void) {}
  * use "zarrdb-guarded": the platform's own VFS, except that a -wal or -journal that is not a
  * regular file, has another owner than the database, or may be written by users who may not
  * write the database is not opened (SQLITE_CANTOPEN): the read fails instead of taking in
- * someone else's pages. POSIX only; elsewhere the default VFS is used as it is.
+ * someone else's pages. A sidecar SQLite would create is created here first, exclusively; and,
+ * with the bundled SQLite, the descriptor SQLite opened must be the file checked or made (one
+ * put in place between the two is refused as well).
+ * POSIX only; elsewhere the default VFS is used as it is.
  */
 #if !defined(_WIN32)
 #include <sys/stat.h>
+#include "_pause_points.h"
 
 static sqlite3_vfs zarrdb_guarded;
 static sqlite3_vfs *zarrdb_guarded_base = 0;
 
-/* Whether the sidecar `name` may be read as part of the database named by its first `cut`
- * bytes (a sidecar not there yet is SQLite's to create). */
-static int zarrdb_sidecar_is_own(const char *name, size_t cut)
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+/* The status of the database named by the first `cut` bytes of `name`; 0 if it has one. */
+static int zarrdb_database_status(const char *name, size_t cut, struct stat *db)
 {
-    struct stat side, db;
-    char *db_name;
+    char *db_name = (char *)sqlite3_malloc64(cut + 1);
     int got;
-    if (lstat(name, &side) != 0) return 1;
-    if (!S_ISREG(side.st_mode)) return 0;
-    db_name = (char *)sqlite3_malloc64(cut + 1);
-    if (db_name == 0) return 0;
+    if (db_name == 0) return -1;
     memcpy(db_name, name, cut);
     db_name[cut] = 0;
-    got = stat(db_name, &db);
+    got = stat(db_name, db);
     sqlite3_free(db_name);
-    if (got != 0 || side.st_uid != db.st_uid) return 0;
-    if ((side.st_mode & S_IWOTH) && !(db.st_mode & S_IWOTH)) return 0;
-    if ((side.st_mode & S_IWGRP) && !(db.st_mode & S_IWGRP)) return 0;
+    return got;
+}
+
+/* Whether `side`, the status of a sidecar, may be read as part of the database `db`: a regular
+ * file of the database's owner, written by no one who may not write the database. */
+static int zarrdb_sidecar_status_is_own(const struct stat *side, const struct stat *db)
+{
+    if (!S_ISREG(side->st_mode) || side->st_uid != db->st_uid) return 0;
+    if ((side->st_mode & S_IWOTH) && !(db->st_mode & S_IWOTH)) return 0;
+    if ((side->st_mode & S_IWGRP) && !(db->st_mode & S_IWGRP)) return 0;
     return 1;
 }
+
+/* Before SQLite opens the sidecar `name` of the database named by its first `cut` bytes: 1 if
+ * it may, with `before` the file it must then open. One that is there must be the database's
+ * own (checked by name: a link is refused, not followed). One that is not and that SQLite
+ * would create is created here, exclusively, by this process (as SQLite makes it: empty, and
+ * SQLite gives it the database's mode), so that nobody else's can be put in its place before
+ * SQLite opens it; if another process made it first, it must be the database's own. 0: the
+ * sidecar is refused. -1: it is not there and SQLite would not create it (nothing to check). */
+static int zarrdb_sidecar_before_open(const char *name, size_t cut, int flags,
+                                      struct stat *before)
+{
+    struct stat db;
+    int fd;
+    if (zarrdb_database_status(name, cut, &db) != 0) return 0;
+    if (lstat(name, before) == 0) return zarrdb_sidecar_status_is_own(before, &db);
+    if (!(flags & SQLITE_OPEN_CREATE)) return -1;
+    zpp_point("vfs.sidecar");  /* (test builds: where another's may come before this one's) */
+    fd = open(name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, (int)(db.st_mode & 0777));
+    if (fd < 0) {
+        if (errno != EEXIST) return -1;  /* SQLite's own open says why it cannot */
+        return lstat(name, before) == 0 && zarrdb_sidecar_status_is_own(before, &db);
+    }
+    if (fstat(fd, before) != 0) {
+        close(fd);
+        return 0;
+    }
+    close(fd);
+    return 1;
+}
+
+/* After SQLite opened the sidecar (`file`, of the unix VFS: its descriptor): it must be the file
+ * checked or made before the open, still under its name (no link was followed to it, nothing
+ * was swapped in between). */
+#if !defined(ZARRDB_SYSTEM_SQLITE) && SQLITE_OS_UNIX
+static int zarrdb_opened_sidecar_is(sqlite3_file *file, const char *name, const struct stat *before)
+{
+    struct stat opened, now;
+    if (fstat(((unixFile *)file)->h, &opened) != 0 || lstat(name, &now) != 0) return 0;
+    return opened.st_dev == before->st_dev && opened.st_ino == before->st_ino
+        && now.st_dev == before->st_dev && now.st_ino == before->st_ino;
+}
+#endif
 
 static int zarrdb_guarded_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *file,
                                int flags, int *out_flags)
 {
+    struct stat before;
+    int checked = 0, rc;
     size_t n, suffix;
     (void)vfs;
     if (name != 0 && (flags & (SQLITE_OPEN_WAL | SQLITE_OPEN_MAIN_JOURNAL))) {
         n = strlen(name);
         suffix = (flags & SQLITE_OPEN_WAL) ? 4 : 8;  /* "-wal", "-journal" */
-        if (n > suffix && !zarrdb_sidecar_is_own(name, n - suffix)) {
-            file->pMethods = 0;
-            return SQLITE_CANTOPEN;
+        if (n > suffix) {
+            checked = zarrdb_sidecar_before_open(name, n - suffix, flags, &before);
+            if (checked == 0) {
+                file->pMethods = 0;
+                return SQLITE_CANTOPEN;
+            }
         }
     }
-    return zarrdb_guarded_base->xOpen(zarrdb_guarded_base, name, file, flags, out_flags);
+    rc = zarrdb_guarded_base->xOpen(zarrdb_guarded_base, name, file, flags, out_flags);
+#if !defined(ZARRDB_SYSTEM_SQLITE) && SQLITE_OS_UNIX
+    if (rc == SQLITE_OK && checked != 0 && file->pMethods != 0
+            && strncmp(zarrdb_guarded_base->zName, "unix", 4) == 0
+            && (checked < 0 || !zarrdb_opened_sidecar_is(file, name, &before))) {
+        /* checked < 0: it was not there, and SQLite opened one all the same. */
+        file->pMethods->xClose(file);
+        file->pMethods = 0;
+        return SQLITE_CANTOPEN;
+    }
+#endif
+    return rc;
 }
 
 /* The guarded VFS's name, registered on first use (with the GIL held: once); NULL if the

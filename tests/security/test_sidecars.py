@@ -26,7 +26,7 @@ from zarr.core.buffer import default_buffer_prototype
 
 from cli.helpers import assert_bad_input, fingerprint, run
 from format.builders import make_store_file
-from zarrdb import SQLiteStore, conformance, errors
+from zarrdb import SQLiteStore, _core, _pause, conformance, errors
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX owners, modes, pipes and links")
 
@@ -244,6 +244,45 @@ def test_a_sidecar_planted_while_a_writer_has_the_file_open_is_named_by_its_writ
     store.close()
     with SQLiteStore(path, read_only=True) as reader:
         assert reader.get_sync("first") is not None and reader.get_sync("second") is None
+
+
+@needs_root
+@pytest.mark.skipif(not _core._PAUSE_POINTS, reason="pause points: test builds only")
+def test_a_journal_put_in_place_as_sqlite_makes_its_own_is_refused(tmp_path):
+    """The guarded VFS found no -journal, and SQLite then created one by name: another user's
+    put in place between the two (the test does it at the pause point between them; in a
+    sticky folder, a loop of link and unlink did it within seconds) was opened and written
+    as the journal of the write, its pages the writer's to copy back. The VFS now makes the
+    journal itself, exclusively, before SQLite opens it: one that came first is checked as any
+    sidecar, and refused."""
+    path = victim(tmp_path)
+    spare = tmp_path / "spare"
+    spare.mkdir()
+    planted = planted_wal(shutil.copyfile(path, spare / path.name), spare)
+    target = f"{path}-journal"
+    value = default_buffer_prototype().buffer.from_bytes(b"x")
+    store = SQLiteStore(path, journal="delete")
+    store.set_sync("first", value)
+    put = []
+
+    def put_in_place(name: str) -> None:
+        if name == "vfs.sidecar" and not put:
+            put.append(name)
+            shutil.copyfile(planted, target)
+            os.chown(target, NOBODY, NOBODY)
+
+    _pause.arm(put_in_place)
+    try:
+        with pytest.raises(errors.SidecarError, match="another user"):
+            store.set_sync("second", value)
+    finally:
+        _pause.disarm()
+    assert put
+    os.remove(target)
+    store.close()
+    with SQLiteStore(path, read_only=True) as reader:
+        assert reader.get_sync("first") is not None and reader.get_sync("second") is None
+        assert "planted" not in root_attributes(reader)
 
 
 @needs_root
