@@ -518,7 +518,7 @@ cdef object _planted_sidecar(Database db, int rc):
     are built from what it recorded, _write_error)."""
     if (rc & 0xFF) == SQLITE_CANTOPEN and db.beside is not None:
         try:
-            _beside.check(db.path, _beside.GUARDED)  # (what the VFS refuses: not a -shm)
+            _beside.check(db.path)
         except _errors.SidecarError as exc:
             return exc
     return None

@@ -60,7 +60,8 @@ static void zarrdb_fork_child(void) {}
  * write the database is not opened (SQLITE_CANTOPEN): the read fails instead of taking in
  * someone else's pages. A sidecar SQLite would create is created here first, exclusively; and,
  * with the bundled SQLite, the descriptor SQLite opened must be the file checked or made (one
- * put in place between the two is refused as well).
+ * put in place between the two is refused as well). The -shm, which SQLite opens itself, is
+ * checked the same way at each connection's first map of it (zarrdb_guarded_shm_map).
  * POSIX only; elsewhere the default VFS is used as it is.
  */
 #if !defined(_WIN32)
@@ -126,16 +127,72 @@ static int zarrdb_sidecar_before_open(const char *name, size_t cut, int flags,
     return 1;
 }
 
-/* After SQLite opened the sidecar (`file`, of the unix VFS: its descriptor): it must be the file
- * checked or made before the open, still under its name (no link was followed to it, nothing
- * was swapped in between). */
+/* After SQLite opened the sidecar `name` (`fd`, its descriptor): it must be the file checked
+ * or made before the open, still under its name (no link was followed to it, nothing was
+ * swapped in between). */
 #if !defined(ZARRDB_SYSTEM_SQLITE) && SQLITE_OS_UNIX
-static int zarrdb_opened_sidecar_is(sqlite3_file *file, const char *name, const struct stat *before)
+static int zarrdb_opened_sidecar_is(int fd, const char *name, const struct stat *before)
 {
     struct stat opened, now;
-    if (fstat(((unixFile *)file)->h, &opened) != 0 || lstat(name, &now) != 0) return 0;
+    if (fstat(fd, &opened) != 0 || lstat(name, &now) != 0) return 0;
     return opened.st_dev == before->st_dev && opened.st_ino == before->st_ino
         && now.st_dev == before->st_dev && now.st_ino == before->st_ino;
+}
+
+/* The -shm. SQLite opens it itself, by name (O_CREAT, not through xOpen), at a connection's
+ * first map of the wal-index: its main file's methods are the unix VFS's with xShmMap checking
+ * the -shm first, as xOpen checks a -wal or -journal (made here, exclusively, if not there).
+ * One of another user, put beside a file still in its rollback journal, would otherwise be
+ * taken when the file turns to WAL, and whoever keeps it open can make the writer write over
+ * commits it acknowledged. */
+static sqlite3_io_methods zarrdb_guarded_io;
+static const sqlite3_io_methods *zarrdb_guarded_io_base = 0;
+
+static int zarrdb_guarded_shm_map(sqlite3_file *file, int page, int size, int extend,
+                                  void volatile **out)
+{
+    unixFile *f = (unixFile *)file;
+    struct stat before;
+    size_t cut;
+    char *shm;
+    int checked, rc, fd;
+    if (f->pShm != 0 || f->zPath == 0) {
+        return zarrdb_guarded_io_base->xShmMap(file, page, size, extend, out);
+    }
+    cut = strlen(f->zPath);
+    shm = (char *)sqlite3_malloc64(cut + 5);
+    if (shm == 0) return SQLITE_NOMEM;
+    memcpy(shm, f->zPath, cut);
+    memcpy(shm + cut, "-shm", 5);
+    checked = zarrdb_sidecar_before_open(shm, cut, SQLITE_OPEN_CREATE, &before);
+    if (checked == 0) {
+        sqlite3_free(shm);
+        return SQLITE_CANTOPEN;
+    }
+    rc = zarrdb_guarded_io_base->xShmMap(file, page, size, extend, out);
+    fd = (rc == SQLITE_OK && f->pShm != 0) ? f->pShm->pShmNode->hShm : -1;
+    if (fd >= 0 && (checked < 0 || !zarrdb_opened_sidecar_is(fd, shm, &before))) {
+        zarrdb_guarded_io_base->xShmUnmap(file, 0);  /* forgotten: the next map checks again */
+        *out = 0;
+        rc = SQLITE_CANTOPEN;
+    }
+    sqlite3_free(shm);
+    return rc;
+}
+
+/* Give the main file of a database the methods whose xShmMap checks the -shm. */
+static void zarrdb_guard_shm(sqlite3_file *file)
+{
+    sqlite3_mutex *mutex = sqlite3_mutex_alloc(SQLITE_MUTEX_STATIC_APP1);
+    sqlite3_mutex_enter(mutex);
+    if (zarrdb_guarded_io_base == 0 && file->pMethods->iVersion >= 2
+            && file->pMethods->xShmMap != 0) {
+        zarrdb_guarded_io = *file->pMethods;
+        zarrdb_guarded_io.xShmMap = zarrdb_guarded_shm_map;
+        zarrdb_guarded_io_base = file->pMethods;
+    }
+    if (file->pMethods == zarrdb_guarded_io_base) file->pMethods = &zarrdb_guarded_io;
+    sqlite3_mutex_leave(mutex);
 }
 #endif
 
@@ -161,11 +218,15 @@ static int zarrdb_guarded_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_
 #if !defined(ZARRDB_SYSTEM_SQLITE) && SQLITE_OS_UNIX
     if (rc == SQLITE_OK && checked != 0 && file->pMethods != 0
             && strncmp(zarrdb_guarded_base->zName, "unix", 4) == 0
-            && (checked < 0 || !zarrdb_opened_sidecar_is(file, name, &before))) {
+            && (checked < 0 || !zarrdb_opened_sidecar_is(((unixFile *)file)->h, name, &before))) {
         /* checked < 0: it was not there, and SQLite opened one all the same. */
         file->pMethods->xClose(file);
         file->pMethods = 0;
         return SQLITE_CANTOPEN;
+    }
+    if (rc == SQLITE_OK && (flags & SQLITE_OPEN_MAIN_DB) && file->pMethods != 0
+            && strncmp(zarrdb_guarded_base->zName, "unix", 4) == 0) {
+        zarrdb_guard_shm(file);
     }
 #endif
     return rc;

@@ -286,6 +286,38 @@ def test_a_journal_put_in_place_as_sqlite_makes_its_own_is_refused(tmp_path):
 
 
 @needs_root
+def test_a_shm_planted_before_the_switch_to_wal_is_refused(tmp_path):
+    """SQLite opens the -shm itself, at the first read of a file in WAL mode. Another user's,
+    put beside a store still in its rollback journal (journal="auto"), was taken when the
+    writer switched the file to WAL, and whoever kept it open could put back an older header of
+    the wal-index: the writer then wrote over commits it had acknowledged, and they were lost
+    without an error. The engine checks the -shm at each connection's first map of it: the
+    write after the switch raises SidecarError, and every acknowledged write is kept."""
+    path = victim(tmp_path)
+    value = default_buffer_prototype().buffer.from_bytes(b"x")
+    store = SQLiteStore(path)  # journal="auto": rollback journal, WAL after small commits
+    store.set_sync("first", value)
+    shm = f"{path}-shm"
+    fd = os.open(shm, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    acknowledged = ["first"]
+    try:
+        os.fchown(fd, NOBODY, NOBODY)
+        with pytest.raises(errors.SidecarError, match="another user"):
+            for n in range(2000):  # the switch comes after a few dozen small commits
+                store.set_sync(f"run{n}", value)
+                acknowledged.append(f"run{n}")
+    finally:
+        os.close(fd)
+    os.remove(shm)
+    store.set_sync("after", value)  # the store goes on once it is gone
+    store.close()
+    with SQLiteStore(path, read_only=True) as reader:
+        kept = [key for key in [*acknowledged, "after"] if reader.get_sync(key) is not None]
+    assert kept == [*acknowledged, "after"]
+    assert len(acknowledged) < 2001
+
+
+@needs_root
 def test_a_log_planted_while_the_file_is_open_is_not_read(tmp_path):
     """SQLite looks for a -wal again at each read of a file in rollback mode: one planted
     after the open (another user's) makes the read fail instead of being read (before: the
