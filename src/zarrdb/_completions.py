@@ -207,9 +207,19 @@ class LoopWatch:
         self.backlog.clear()
 
     def settle(self) -> None:
-        """Settle the futures of every finished submission (on the loop's thread)."""
+        """Settle the futures of every finished submission (on the loop's thread), then queue
+        what waits for room: their writing made it. (Queued here, on the loop's thread, it does
+        not wait for the thread waiting for room to get the GIL back, which a busy loop can
+        keep from it for seconds while the writer has nothing to do; that thread stays for the
+        room other threads' and loops' writes make.)"""
         self.drained.set()
         settle_all(self.port.drain())
+        if self.backlog:
+            _pause.point("settle.backlog")
+            if self._queue_backlog(block=False):
+                loop = self.loop()
+                if loop is not None:
+                    self.hint(loop)  # these are all: as _queue_backlog_as_room_is_made says
         self.events.report()
 
     def settle_elsewhere(self) -> None:
