@@ -112,11 +112,16 @@ static int zarrdb_sidecar_before_open(const char *name, size_t cut, int flags,
     int fd;
     if (zarrdb_database_status(name, cut, &db) != 0) return 0;
     if (lstat(name, before) == 0) return zarrdb_sidecar_status_is_own(before, &db);
-    if (!(flags & SQLITE_OPEN_CREATE)) return -1;
+    /* Gone since SQLite saw it (a hot journal it looks into): whatever comes in its place
+     * before the open (another's, a pipe that would block the open) is not opened. */
+    if (!(flags & SQLITE_OPEN_CREATE)) return 0;
     zpp_point("vfs.sidecar");  /* (test builds: where another's may come before this one's) */
     fd = open(name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, (int)(db.st_mode & 0777));
     if (fd < 0) {
-        if (errno != EEXIST) return -1;  /* SQLite's own open says why it cannot */
+        /* Another process made it first: it must be the database's own. Any other failure
+         * (no room, no inode, no permission): SQLite's own open says why it cannot; one that
+         * opens something all the same is refused after it (checked < 0). */
+        if (errno != EEXIST) return -1;
         return lstat(name, before) == 0 && zarrdb_sidecar_status_is_own(before, &db);
     }
     if (fstat(fd, before) != 0) {
@@ -170,7 +175,9 @@ static int zarrdb_guarded_shm_map(sqlite3_file *file, int page, int size, int ex
         return SQLITE_CANTOPEN;
     }
     rc = zarrdb_guarded_io_base->xShmMap(file, page, size, extend, out);
-    fd = (rc == SQLITE_OK && f->pShm != 0) ? f->pShm->pShmNode->hShm : -1;
+    /* Whatever the map returned (SQLITE_READONLY for one opened read-only): once mapped, later
+     * maps do not come here again. */
+    fd = f->pShm != 0 ? f->pShm->pShmNode->hShm : -1;
     if (fd >= 0 && (checked < 0 || !zarrdb_opened_sidecar_is(fd, shm, &before))) {
         zarrdb_guarded_io_base->xShmUnmap(file, 0);  /* forgotten: the next map checks again */
         *out = 0;
@@ -178,6 +185,16 @@ static int zarrdb_guarded_shm_map(sqlite3_file *file, int page, int size, int ex
     }
     sqlite3_free(shm);
     return rc;
+}
+
+/* SQLite run by root gives each -journal, -wal and -shm it opens the database's owner (fchown):
+ * one of another user, opened in a race and refused after the open, would be the owner's from
+ * then on, and pass every check. Only a file this process owns (made by it) is given away. */
+static int zarrdb_fchown(int fd, uid_t uid, gid_t gid)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_uid != geteuid()) return 0;
+    return fchown(fd, uid, gid);
 }
 
 /* Give the main file of a database the methods whose xShmMap checks the -shm. */
@@ -246,6 +263,11 @@ static const char *zarrdb_guarded_vfs(void)
     zarrdb_guarded.zName = "zarrdb-guarded";
     zarrdb_guarded.xOpen = zarrdb_guarded_open;
     zarrdb_guarded_base = base;
+#if !defined(ZARRDB_SYSTEM_SQLITE) && SQLITE_OS_UNIX
+    if (strncmp(base->zName, "unix", 4) == 0 && base->xSetSystemCall != 0) {
+        base->xSetSystemCall(base, "fchown", (sqlite3_syscall_ptr)zarrdb_fchown);
+    }
+#endif
     if (sqlite3_vfs_register(&zarrdb_guarded, 0) != SQLITE_OK) {
         zarrdb_guarded_base = 0;
         return 0;

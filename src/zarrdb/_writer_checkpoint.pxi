@@ -50,7 +50,10 @@ cdef int _checkpoint_once(WState* w, sqlite3** conn, int* log, int* done) noexce
     use (and closed when the thread ends)."""
     cdef int rc
     if conn[0] == NULL:
-        rc = sqlite3_open_v2(w.ck.path, conn, w.ck.flags, NULL)
+        # Through the guarded VFS, as the writer's own connection (its first read looks for a
+        # hot -journal, and would open one planted beside the file unchecked).
+        rc = sqlite3_open_v2(w.ck.path, conn, w.ck.flags,
+                             NULL if w.ck.flags & SQLITE_OPEN_URI else zarrdb_guarded_vfs())
         if rc == SQLITE_OK:
             rc = _harden(conn[0])
         # The writer's durability: a checkpoint synced otherwise than the commits would

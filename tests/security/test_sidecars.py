@@ -318,6 +318,32 @@ def test_a_shm_planted_before_the_switch_to_wal_is_refused(tmp_path):
 
 
 @needs_root
+def test_a_journal_planted_beside_a_store_in_wal_mode_stays_anothers(tmp_path):
+    """The writer's checkpointer had a connection of its own, not through the guarded VFS:
+    its first read looked into a -journal planted beside the file and opened it, and SQLite
+    run by root gave it the file's owner, after which every check took it as the file's own
+    and the next open in rollback mode played it back. The checkpointer's connection is
+    guarded too, and SQLite gives away only files this process made."""
+    path = victim(tmp_path)
+    spare = tmp_path / "spare"
+    spare.mkdir()
+    planted = planted_wal(shutil.copyfile(path, spare / path.name), spare)
+    journal = f"{path}-journal"
+    store = SQLiteStore(path, journal="wal")
+    store.set_sync("first", default_buffer_prototype().buffer.from_bytes(b"x"))
+    shutil.copyfile(planted, journal)
+    os.chown(journal, NOBODY, NOBODY)
+    for n in range(300):  # enough pages for the checkpointer to run, often
+        store.set_sync(f"k{n}", default_buffer_prototype().buffer.from_bytes(os.urandom(4000)))
+    store.close()
+    assert os.stat(journal).st_uid == NOBODY
+    os.remove(journal)
+    with SQLiteStore(path, read_only=True) as reader:
+        assert "planted" not in root_attributes(reader)
+        assert reader.get_sync("k299") is not None
+
+
+@needs_root
 def test_a_log_planted_while_the_file_is_open_is_not_read(tmp_path):
     """SQLite looks for a -wal again at each read of a file in rollback mode: one planted
     after the open (another user's) makes the read fail instead of being read (before: the
