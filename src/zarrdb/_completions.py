@@ -196,10 +196,14 @@ class LoopWatch:
                 if isinstance(exc, Exception):
                     return
                 raise
-            if self._queue_backlog(block=False):
-                # Their turn has ended, and its flush with it: the next one tells the writer
-                # that these are all (else it would wait for them to be flushed, for good).
-                self.hint(loop)
+            self._queue_what_fits(loop)
+
+    def _queue_what_fits(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Queue what of the backlog has room now, in order (on the loop's thread). Their turn
+        has ended, and its flush with it: the next one tells the writer that these are all
+        (else it would wait for them to be flushed, for good)."""
+        if self._queue_backlog(block=False):
+            self.hint(loop)
 
     def _fail_backlog(self, exc: BaseException) -> None:
         for _, future in self.backlog:
@@ -216,10 +220,9 @@ class LoopWatch:
         settle_all(self.port.drain())
         if self.backlog:
             _pause.point("settle.backlog")
-            if self._queue_backlog(block=False):
-                loop = self.loop()
-                if loop is not None:
-                    self.hint(loop)  # these are all: as _queue_backlog_as_room_is_made says
+            loop = self.loop()
+            if loop is not None:
+                self._queue_what_fits(loop)
         self.events.report()
 
     def settle_elsewhere(self) -> None:
