@@ -98,6 +98,13 @@ static int zarrdb_sidecar_status_is_own(const struct stat *side, const struct st
     return 1;
 }
 
+#ifdef ZARRDB_TEST_VFS
+/* Test builds: the sidecar this thread made last (below), so that the power-loss simulator
+ * under this VFS (_vfs_powerloss.h) counts its creation as a directory entry that a power loss
+ * can take away, as it counts one that SQLite's own open makes. */
+static __thread struct { dev_t dev; ino_t ino; int set; } zarrdb_made_sidecar;
+#endif
+
 /* Before SQLite opens the sidecar `name` of the database named by its first `cut` bytes: 1 if
  * it may, with `before` the file it must then open. One that is there must be the database's
  * own (checked by name: a link is refused, not followed). One that is not and that SQLite
@@ -129,6 +136,11 @@ static int zarrdb_sidecar_before_open(const char *name, size_t cut, int flags,
         return 0;
     }
     close(fd);
+#ifdef ZARRDB_TEST_VFS
+    zarrdb_made_sidecar.dev = before->st_dev;
+    zarrdb_made_sidecar.ino = before->st_ino;
+    zarrdb_made_sidecar.set = 1;
+#endif
     return 1;
 }
 

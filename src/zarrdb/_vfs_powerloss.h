@@ -611,6 +611,17 @@ static const sqlite3_io_methods zpl_io = {
 
 /* --- the VFS methods ------------------------------------------------------------------------- */
 
+/* Whether `name` is the sidecar that the guarded VFS above (_sqlite_amalgamation.h) made just
+ * now, on this thread, for SQLite to open: its creation is then this open's, as if SQLite had
+ * made it. */
+static int zpl_made_by_guard(const char *name) {
+    struct stat st;
+    int made = zarrdb_made_sidecar.set && lstat(name, &st) == 0
+        && st.st_dev == zarrdb_made_sidecar.dev && st.st_ino == zarrdb_made_sidecar.ino;
+    zarrdb_made_sidecar.set = 0;
+    return made;
+}
+
 static int zplOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int flags,
                    int *out_flags) {
     zpl_file *f = (zpl_file *)file;
@@ -625,7 +636,8 @@ static int zplOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int f
     f->real = (sqlite3_file *)&f[1];
     if (tracked) {
         sqlite3_mutex_enter(zpl.mu);
-        created = (flags & SQLITE_OPEN_CREATE) && access(name, F_OK) != 0;
+        created = (flags & SQLITE_OPEN_CREATE)
+            && (access(name, F_OK) != 0 || zpl_made_by_guard(name));
     }
     rc = zpl.real->xOpen(zpl.real, name, f->real, flags, out_flags);
     if (rc == SQLITE_OK && tracked) {
