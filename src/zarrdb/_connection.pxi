@@ -512,11 +512,12 @@ cdef class Database(_FileStatements):
 
 
 cdef object _planted_sidecar(Database db, int rc):
-    """The SidecarError for `rc` on `db`'s file if it is the guarded VFS refusing a -wal or
-    -journal put beside the file after it was opened (None: it is not): said as the check at
-    open would have. Part of every connection's errors, the writer thread's too (its failures
-    are built from what it recorded, _write_error)."""
-    if (rc & 0xFF) == SQLITE_CANTOPEN and db.beside is not None:
+    """The SidecarError for `rc` on `db`'s file if it is the guarded VFS refusing a -wal,
+    -journal or -shm put beside the file after it was opened (None: it is not): said as the
+    check at open would have. Part of every connection's errors, the writer thread's too (its
+    failures are built from what it recorded, _write_error). A refused -shm reaches some
+    callers (a checkpoint) as an I/O error, not as SQLITE_CANTOPEN."""
+    if ((rc & 0xFF) == SQLITE_CANTOPEN or (rc & 0xFF) == SQLITE_IOERR) and db.beside is not None:
         try:
             _beside.check(db.path)
         except _errors.SidecarError as exc:

@@ -361,7 +361,7 @@ class OpenFile:
                 warnings.warn(
                     f"{self.path!r} stays in WAL mode: closing could not copy the "
                     f"write-ahead log into the file ({exc.__class__.__name__}: "
-                    f"{getattr(exc, 'sqlite_message', exc)}). Every committed write is safe "
+                    f"{getattr(exc, 'sqlite_message', '') or exc}). Every committed write is safe "
                     "in the -wal file beside it; open and close the store again once the "
                     "problem (e.g. a full disk) is solved to get one file.",
                     UserWarning,

@@ -318,6 +318,33 @@ def test_a_shm_planted_before_the_switch_to_wal_is_refused(tmp_path):
 
 
 @needs_root
+def test_closing_beside_a_refused_shm_says_which_file_and_why(tmp_path):
+    """A store whose -shm was refused at the switch to WAL cannot copy its log into the file
+    at close: the warning named a disk I/O error (SQLite's code for the failed map), with a
+    full disk as the example. It names the -shm and its owner, as the write before it did."""
+    path = victim(tmp_path)
+    value = default_buffer_prototype().buffer.from_bytes(b"x")
+    store = SQLiteStore(path)
+    store.set_sync("first", value)
+    fd = os.open(f"{path}-shm", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.fchown(fd, NOBODY, NOBODY)
+        with pytest.raises(errors.SidecarError):
+            for n in range(2000):
+                store.set_sync(f"run{n}", value)
+        with pytest.warns(UserWarning, match="stays in WAL mode") as warned:
+            store.close()
+    finally:
+        os.close(fd)
+    (message,) = [str(w.message) for w in warned if "stays in WAL mode" in str(w.message)]
+    assert "SidecarError" in message and "-shm' beside it belongs to another user" in message
+    assert "disk I/O error" not in message
+    os.remove(f"{path}-shm")
+    with SQLiteStore(path, read_only=True) as reader:
+        assert reader.get_sync("first") is not None
+
+
+@needs_root
 def test_a_journal_planted_beside_a_store_in_wal_mode_stays_anothers(tmp_path):
     """The writer's checkpointer had a connection of its own, not through the guarded VFS:
     its first read looked into a -journal planted beside the file and opened it, and SQLite
