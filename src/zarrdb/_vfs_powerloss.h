@@ -13,7 +13,9 @@
  * - Directory entries follow POSIX: a file's creation or deletion is on the disk only once the
  *   directory is synced (xDelete with its dirSync flag, or the first sync of a journal or WAL
  *   opened with SQLITE_OPEN_CREATE, when the unix VFS syncs the directory). A deleted file is
- *   moved aside, not unlinked, so that a power loss can bring it back.
+ *   moved aside, not unlinked, so that a power loss can bring it back. A -wal or -journal that
+ *   the guarded VFS above this one made just before SQLite's open (_sqlite_amalgamation.h)
+ *   counts as made by that open.
  * - Power is lost when zpl_cut(0) is called, or at the n-th event after zpl_cut(n) (an event
  *   is a write, truncation, sync, creation or deletion of a tracked file; a sync is cut before
  *   it happens, the others just after). Then, with every other thread's file operations shut
