@@ -50,9 +50,9 @@ class Found(NamedTuple):
     held: dict[str, int]
 
 
-def check(path: str) -> Found:
-    """SidecarError if a file beside `path` could put other pages into it, by what the file
-    system says of each (nothing is opened); what was found."""
+def check(path: str, suffixes: tuple[str, ...] = SIDECARS) -> Found:
+    """SidecarError if a file beside `path` (those of `suffixes`) could put other pages into
+    it, by what the file system says of each (nothing is opened); what was found."""
     real = os.path.realpath(path)  # SQLite names the sidecars after the file a link points to
     try:
         st: os.stat_result | None = os.stat(real)
@@ -60,7 +60,7 @@ def check(path: str) -> Found:
         st = None  # not there yet: SQLite creates it, and a planted sidecar is still refused
     sizes: dict[str, int] = {}
     held: dict[str, int] = {}
-    for suffix in SIDECARS:
+    for suffix in suffixes:
         side = real + suffix
         try:
             found = os.lstat(side)

@@ -175,10 +175,12 @@ cdef class Database(_FileStatements):
             return raised
         if beyond is not None:
             return beyond
+        error = _sqlite_exception(rc, self.db, self.path, context, self._busy_timeout)
         planted = _planted_sidecar(self, rc)
         if planted is not None:
+            planted.__cause__ = error  # SQLite's own code and message
             return planted
-        return _sqlite_exception(rc, self.db, self.path, context, self._busy_timeout)
+        return error
 
     cdef object _error_beyond(self, int rc):
         """What a subclass knows of a failure that SQLite does not (None: nothing); called for
@@ -512,14 +514,24 @@ cdef class Database(_FileStatements):
 
 
 cdef object _planted_sidecar(Database db, int rc):
-    """The SidecarError for `rc` on `db`'s file if it is the guarded VFS refusing a -wal,
-    -journal or -shm put beside the file after it was opened (None: it is not): said as the
-    check at open would have. Part of every connection's errors, the writer thread's too (its
-    failures are built from what it recorded, _write_error). A refused -shm reaches some
-    callers (a checkpoint) as an I/O error, not as SQLITE_CANTOPEN."""
-    if ((rc & 0xFF) == SQLITE_CANTOPEN or (rc & 0xFF) == SQLITE_IOERR) and db.beside is not None:
-        try:
-            _beside.check(db.path)
-        except _errors.SidecarError as exc:
-            return exc
+    """The SidecarError for `rc` (an extended result code) on `db`'s file if it is the guarded
+    VFS refusing a -wal, -journal or -shm put beside the file after it was opened (None: it is
+    not): said as the check at open would have. Part of every connection's errors, the writer
+    thread's too (its failures are built from what it recorded, _write_error). A refused -shm
+    reaches some calls (a checkpoint) as a failure of the shared memory, SQLITE_IOERR_SHM*:
+    for those only the -shm is looked at. Any other I/O error is what it says, whatever lies
+    beside the file."""
+    if db.beside is None:
+        return None
+    if (rc & 0xFF) == SQLITE_CANTOPEN:
+        suffixes = _beside.SIDECARS
+    elif (rc == SQLITE_IOERR_SHMOPEN or rc == SQLITE_IOERR_SHMSIZE or rc == SQLITE_IOERR_SHMLOCK
+            or rc == SQLITE_IOERR_SHMMAP):
+        suffixes = ("-shm",)
+    else:
+        return None
+    try:
+        _beside.check(db.path, suffixes)
+    except _errors.SidecarError as exc:
+        return exc
     return None

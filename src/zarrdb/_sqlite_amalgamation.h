@@ -99,9 +99,9 @@ static int zarrdb_sidecar_status_is_own(const struct stat *side, const struct st
 }
 
 #ifdef ZARRDB_TEST_VFS
-/* Test builds: the sidecar this thread made last (below), so that the power-loss simulator
- * under this VFS (_vfs_powerloss.h) counts its creation as a directory entry that a power loss
- * can take away, as it counts one that SQLite's own open makes. */
+/* Test builds: the sidecar this thread made last (below) while this VFS wraps the power-loss
+ * simulator (_vfs_powerloss.h), so that the simulator counts its creation as a directory entry
+ * that a power loss can take away, as it counts one that SQLite's own open makes. */
 static __thread struct { dev_t dev; ino_t ino; int set; } zarrdb_made_sidecar;
 #endif
 
@@ -137,9 +137,11 @@ static int zarrdb_sidecar_before_open(const char *name, size_t cut, int flags,
     }
     close(fd);
 #ifdef ZARRDB_TEST_VFS
-    zarrdb_made_sidecar.dev = before->st_dev;
-    zarrdb_made_sidecar.ino = before->st_ino;
-    zarrdb_made_sidecar.set = 1;
+    if (zarrdb_guarded_base != 0 && strcmp(zarrdb_guarded_base->zName, "zarrdb-powerloss") == 0) {
+        zarrdb_made_sidecar.dev = before->st_dev;
+        zarrdb_made_sidecar.ino = before->st_ino;
+        zarrdb_made_sidecar.set = 1;
+    }
 #endif
     return 1;
 }

@@ -632,14 +632,14 @@ static int zplOpen(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int f
     int journal = type & (SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_WAL | SQLITE_OPEN_SUPER_JOURNAL);
     int tracked = name != NULL && type != 0 && !(flags & SQLITE_OPEN_DELETEONCLOSE);
     int created = 0;
+    int made = name != NULL && zpl_made_by_guard(name);  /* (read and forgotten at each open) */
     int rc;
     (void)vfs;
     memset(f, 0, sizeof *f);
     f->real = (sqlite3_file *)&f[1];
     if (tracked) {
         sqlite3_mutex_enter(zpl.mu);
-        created = (flags & SQLITE_OPEN_CREATE)
-            && (access(name, F_OK) != 0 || zpl_made_by_guard(name));
+        created = (flags & SQLITE_OPEN_CREATE) && (made || access(name, F_OK) != 0);
     }
     rc = zpl.real->xOpen(zpl.real, name, f->real, flags, out_flags);
     if (rc == SQLITE_OK && tracked) {

@@ -156,10 +156,12 @@ cdef object _write_error(Writer writer, int rc, int xrc, str message, object key
         context += f" ({note})"
     if rc == W_ERR_NOMEM:  # the writer's own allocation: SQLite's code and its text
         return _sqlite_exception(SQLITE_NOMEM, NULL, path, context)
-    planted = _planted_sidecar(writer.db, rc)
+    error = _sqlite_exception(rc, NULL, path, context, writer.busy_timeout, xrc, message)
+    planted = _planted_sidecar(writer.db, xrc if xrc else rc)
     if planted is not None:
+        planted.__cause__ = error  # SQLite's own code and message
         return planted
-    return _sqlite_exception(rc, NULL, path, context, writer.busy_timeout, xrc, message)
+    return error
 
 
 cdef class Port:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -342,6 +344,39 @@ def test_closing_beside_a_refused_shm_says_which_file_and_why(tmp_path):
     os.remove(f"{path}-shm")
     with SQLiteStore(path, read_only=True) as reader:
         assert reader.get_sync("first") is not None
+
+
+@needs_root
+def test_a_real_io_error_is_not_blamed_on_a_file_planted_beside_the_store(tmp_path):
+    """Once the sidecars were looked at on I/O errors too (a refused -shm reaches a checkpoint
+    as one), any I/O error became a SidecarError while another user's file lay beside the
+    store, even a -journal SQLite never reads in WAL mode: a write over the process's file size
+    limit said to remove the -journal, which changed nothing. Only the shared memory's errors
+    look at the -shm; the I/O error is what it says."""
+    path = victim(tmp_path)
+    value = default_buffer_prototype().buffer.from_bytes
+    store = SQLiteStore(path, journal="wal")
+    store.set_sync("first", value(b"x"))
+    fd = os.open(f"{path}-journal", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    os.fchown(fd, NOBODY, NOBODY)
+    os.close(fd)
+    limit = max(os.path.getsize(path), os.path.getsize(f"{path}-wal")) + 64 * 1024
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, not a signal
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, old_limit[1]))
+    try:
+        with pytest.raises(errors.DiskIOError) as raised:
+            store.set_sync("big", value(os.urandom(1 << 20)))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert not isinstance(raised.value, errors.SidecarError)
+    assert "-journal" not in str(raised.value)
+    store.set_sync("after", value(b"y"))
+    os.remove(f"{path}-journal")
+    store.close()
+    with SQLiteStore(path, read_only=True) as reader:
+        assert reader.get_sync("first") is not None and reader.get_sync("after") is not None
 
 
 @needs_root
