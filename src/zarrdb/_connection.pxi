@@ -517,10 +517,13 @@ cdef object _planted_sidecar(Database db, int rc):
     """The SidecarError for `rc` (an extended result code) on `db`'s file if it is the guarded
     VFS refusing a -wal, -journal or -shm put beside the file after it was opened (None: it is
     not): said as the check at open would have. Part of every connection's errors, the writer
-    thread's too (its failures are built from what it recorded, _write_error). A refused -shm
-    reaches some calls (a checkpoint) as a failure of the shared memory, SQLITE_IOERR_SHM*:
-    for those only the -shm is looked at. Any other I/O error is what it says, whatever lies
-    beside the file."""
+    thread's too (its failures are built from what it recorded, _write_error). Some refusals
+    reach the caller as another error, and for those only the sidecar that can cause it is
+    looked at: a refused -shm as a failure of the shared memory (SQLITE_IOERR_SHM*, in a
+    checkpoint); a -journal SQLite takes for hot and cannot open as a journal to roll back
+    (SQLITE_READONLY_ROLLBACK, for a read-only connection) or as a lock it waited for
+    (SQLITE_BUSY: another connection's shared lock keeps it from the rollback). Any other
+    error is what it says, whatever lies beside the file."""
     if db.beside is None:
         return None
     if (rc & 0xFF) == SQLITE_CANTOPEN:
@@ -528,6 +531,8 @@ cdef object _planted_sidecar(Database db, int rc):
     elif (rc == SQLITE_IOERR_SHMOPEN or rc == SQLITE_IOERR_SHMSIZE or rc == SQLITE_IOERR_SHMLOCK
             or rc == SQLITE_IOERR_SHMMAP):
         suffixes = ("-shm",)
+    elif rc == SQLITE_READONLY_ROLLBACK or (rc & 0xFF) == SQLITE_BUSY:
+        suffixes = ("-journal",)
     else:
         return None
     try:
