@@ -175,12 +175,8 @@ cdef class Database(_FileStatements):
             return raised
         if beyond is not None:
             return beyond
-        error = _sqlite_exception(rc, self.db, self.path, context, self._busy_timeout)
-        planted = _planted_sidecar(self, rc)
-        if planted is not None:
-            planted.__cause__ = error  # SQLite's own code and message
-            return planted
-        return error
+        return _planted_sidecar(
+            self, rc, _sqlite_exception(rc, self.db, self.path, context, self._busy_timeout))
 
     cdef object _error_beyond(self, int rc):
         """What a subclass knows of a failure that SQLite does not (None: nothing); called for
@@ -513,10 +509,11 @@ cdef class Database(_FileStatements):
         return _executescript(self, sql)
 
 
-cdef object _planted_sidecar(Database db, int rc):
-    """The SidecarError for `rc` (an extended result code) on `db`'s file if it is the guarded
-    VFS refusing a -wal, -journal or -shm put beside the file after it was opened (None: it is
-    not): said as the check at open would have. Part of every connection's errors, the writer
+cdef object _planted_sidecar(Database db, int rc, object error):
+    """What to raise for `error`, SQLite's exception for `rc` (an extended result code) on
+    `db`'s file: a SidecarError, with `error` as its cause, if it is the guarded VFS refusing a
+    -wal, -journal or -shm put beside the file after it was opened, said as the check at open
+    would have; else `error`. Part of every connection's errors, the writer
     thread's too (its failures are built from what it recorded, _write_error). Some refusals
     reach the caller as another error, and for those only the sidecar that can cause it is
     looked at: a refused -shm as a failure of the shared memory (SQLITE_IOERR_SHM*, in a
@@ -525,7 +522,7 @@ cdef object _planted_sidecar(Database db, int rc):
     (SQLITE_BUSY: another connection's shared lock keeps it from the rollback). Any other
     error is what it says, whatever lies beside the file."""
     if db.beside is None:
-        return None
+        return error
     if (rc & 0xFF) == SQLITE_CANTOPEN:
         suffixes = _beside.SIDECARS
     elif (rc == SQLITE_IOERR_SHMOPEN or rc == SQLITE_IOERR_SHMSIZE or rc == SQLITE_IOERR_SHMLOCK
@@ -534,9 +531,10 @@ cdef object _planted_sidecar(Database db, int rc):
     elif rc == SQLITE_READONLY_ROLLBACK or (rc & 0xFF) == SQLITE_BUSY:
         suffixes = ("-journal",)
     else:
-        return None
+        return error
     try:
         _beside.check(db.path, suffixes)
     except _errors.SidecarError as exc:
+        exc.__cause__ = error  # SQLite's own code and message
         return exc
-    return None
+    return error

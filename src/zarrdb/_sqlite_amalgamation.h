@@ -99,6 +99,8 @@ static int zarrdb_sidecar_status_is_own(const struct stat *side, const struct st
 }
 
 #ifdef ZARRDB_TEST_VFS
+#define ZARRDB_POWERLOSS_VFS "zarrdb-powerloss"  /* the simulator's name (_vfs_powerloss.h) */
+
 /* Test builds: the sidecar this thread made last (below) while this VFS wraps the power-loss
  * simulator (_vfs_powerloss.h), so that the simulator counts its creation as a directory entry
  * that a power loss can take away, as it counts one that SQLite's own open makes. */
@@ -137,7 +139,7 @@ static int zarrdb_sidecar_before_open(const char *name, size_t cut, int flags,
     }
     close(fd);
 #ifdef ZARRDB_TEST_VFS
-    if (zarrdb_guarded_base != 0 && strcmp(zarrdb_guarded_base->zName, "zarrdb-powerloss") == 0) {
+    if (zarrdb_guarded_base != 0 && strcmp(zarrdb_guarded_base->zName, ZARRDB_POWERLOSS_VFS) == 0) {
         zarrdb_made_sidecar.dev = before->st_dev;
         zarrdb_made_sidecar.ino = before->st_ino;
         zarrdb_made_sidecar.set = 1;

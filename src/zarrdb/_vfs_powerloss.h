@@ -793,7 +793,7 @@ static int zpl_enable(sqlite3_uint64 seed, double keep, double tear, sqlite3_int
     zpl_vfs.iVersion = 3;
     zpl_vfs.szOsFile = (int)sizeof(zpl_file) + real->szOsFile;
     zpl_vfs.mxPathname = real->mxPathname;
-    zpl_vfs.zName = "zarrdb-powerloss";
+    zpl_vfs.zName = ZARRDB_POWERLOSS_VFS;
     zpl_vfs.xOpen = zplOpen;
     zpl_vfs.xDelete = zplDelete;
     zpl_vfs.xAccess = zplAccess;

@@ -156,12 +156,9 @@ cdef object _write_error(Writer writer, int rc, int xrc, str message, object key
         context += f" ({note})"
     if rc == W_ERR_NOMEM:  # the writer's own allocation: SQLite's code and its text
         return _sqlite_exception(SQLITE_NOMEM, NULL, path, context)
-    error = _sqlite_exception(rc, NULL, path, context, writer.busy_timeout, xrc, message)
-    planted = _planted_sidecar(writer.db, xrc if xrc else rc)
-    if planted is not None:
-        planted.__cause__ = error  # SQLite's own code and message
-        return planted
-    return error
+    return _planted_sidecar(
+        writer.db, xrc if xrc else rc,
+        _sqlite_exception(rc, NULL, path, context, writer.busy_timeout, xrc, message))
 
 
 cdef class Port:

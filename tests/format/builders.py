@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import sqlite3
 from collections.abc import Mapping
+from contextlib import closing
 from pathlib import Path
 
 # From the spec ("Application ID", "Database schema", appendix "Create database schema").
@@ -113,6 +115,21 @@ def make_store_file(
     finally:
         con.close()
     return path
+
+
+def make_planted_log(
+    path: str | Path, copy: str | Path, into: str | Path, sql: str, params: tuple = ()
+) -> Path:
+    """The write-ahead log of a copy of `path` (made at `copy`) that `sql` changed, copied to
+    `into` as it was while that connection was still open: a -wal whose pages are not the
+    file's, to plant beside it."""
+    shutil.copyfile(path, copy)
+    with closing(sqlite3.connect(copy, isolation_level=None)) as con:
+        con.execute("PRAGMA journal_mode = wal")
+        con.execute("PRAGMA wal_autocheckpoint = 0")
+        con.execute(sql, params)
+        shutil.copyfile(f"{copy}-wal", into)
+    return Path(into)
 
 
 def make_not_sqlite(path: str | Path, size: int = 4096, seed: int = 0) -> Path:

@@ -40,9 +40,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from format.builders import make_store_file
+from format.builders import make_planted_log, make_store_file
 from reliability.helpers import PYTHON, child_env, trials
-from security.test_environment_fuzz import IS_ROOT
+from security.test_environment_fuzz import CHOICES, IS_ROOT
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="owners, modes, pipes, links; inotify"
@@ -73,11 +73,9 @@ def _sources(folder: Path) -> dict[str, Path]:
     make_store_file(base, entries=INITIAL, page_size=1024)
     made = {"junk": folder / "junk"}
     made["junk"].write_bytes(os.urandom(4096))
-    with closing(_copy(base, folder / "wal-copy.zarrdb")) as con:
-        con.execute("PRAGMA journal_mode = wal")
-        con.execute("PRAGMA wal_autocheckpoint = 0")
-        con.execute("UPDATE zarr SET v = CAST(v || ' again' AS BLOB)")
-        made["-wal"] = Path(shutil.copyfile(folder / "wal-copy.zarrdb-wal", folder / "wal"))
+    made["-wal"] = make_planted_log(base, folder / "wal-copy.zarrdb", folder / "wal",
+                                    "UPDATE zarr SET v = CAST(? || k || ' again' AS BLOB)",
+                                    (PLANTED,))
     with closing(_copy(base, folder / "journal-copy.zarrdb")) as con:
         con.execute("BEGIN")
         con.execute("UPDATE zarr SET v = X'00'")
@@ -102,9 +100,8 @@ spec = st.fixed_dictionaries(
         "journal": st.sampled_from(["auto", "auto", "wal"]),
         "side": st.sampled_from(["-wal", "-journal", "-shm"]),
         "content": st.sampled_from(["copy", "empty", "junk"]),
-        "owner": st.sampled_from(["mine", "nobody"] if IS_ROOT else ["mine"]),
-        "mode": st.sampled_from([0o600, 0o644, 0o664, 0o666]),
-        "kind": st.sampled_from(["file", "file", "file", "fifo", "link"]),
+        # (as test_environment_fuzz.py plants them before the open)
+        **{name: st.sampled_from(CHOICES[name]) for name in ("owner", "mode", "kind")},
         # journal="auto" turns to WAL after a few small commits (_after_open_child.py):
         # planted before, or after.
         "before": st.lists(op, max_size=12),

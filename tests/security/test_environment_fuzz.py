@@ -19,19 +19,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import textwrap
-from contextlib import closing
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from format.builders import make_planted_log
 from reliability.helpers import PYTHON, child_env, trials
 from security._hostile_http import HostileServer
 from security._overflow import _entries, bomb_file, sound_file
@@ -94,13 +92,9 @@ def _planted_wal(path: Path, into: Path) -> None:
     """A log of another copy of `path` (made before any change of its size) in which the root
     group's zarr.json says something else."""
     other = path.parent / f"other-{path.name}"
-    shutil.copyfile(path, other)
     planted = json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {"x": 1}})
-    with closing(sqlite3.connect(other, isolation_level=None)) as con:
-        con.execute("PRAGMA journal_mode = wal")
-        con.execute("PRAGMA wal_autocheckpoint = 0")
-        con.execute("UPDATE zarr SET v = ? WHERE k = 'zarr.json'", (planted.encode(),))
-        shutil.copyfile(f"{other}-wal", into)
+    make_planted_log(path, other, into, "UPDATE zarr SET v = ? WHERE k = 'zarr.json'",
+                     (planted.encode(),))
     other.unlink()
 
 

@@ -16,10 +16,8 @@ import os
 import resource
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
-from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -27,7 +25,7 @@ import zarr
 from zarr.core.buffer import default_buffer_prototype
 
 from cli.helpers import assert_bad_input, fingerprint, run
-from format.builders import make_store_file
+from format.builders import make_planted_log, make_store_file
 from zarrdb import SQLiteStore, _core, _pause, conformance, errors
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX owners, modes, pipes and links")
@@ -49,16 +47,19 @@ def victim(tmp_path: Path) -> Path:
 def planted_wal(path: Path, workdir: Path) -> Path:
     """A -wal beside `path` taken from another copy of it, in which the root group's
     zarr.json says {"planted": true}: the log of a connection still open, copied as it was."""
-    other = workdir / "other.zarrdb"
-    shutil.copyfile(path, other)
-    with closing(sqlite3.connect(other, isolation_level=None)) as con:
-        con.execute("PRAGMA journal_mode = wal")
-        con.execute("PRAGMA wal_autocheckpoint = 0")
-        con.execute("UPDATE zarr SET v = ? WHERE k = 'zarr.json'", (json.dumps(PLANTED).encode(),))
-        shutil.copyfile(f"{other}-wal", f"{path}-wal")
+    make_planted_log(path, workdir / "other.zarrdb", f"{path}-wal",
+                     "UPDATE zarr SET v = ? WHERE k = 'zarr.json'", (json.dumps(PLANTED).encode(),))
     # What was copied beside the file is in rollback mode, the log in WAL frames.
     assert Path(f"{path}-wal").stat().st_size > 0
     return Path(f"{path}-wal")
+
+
+def anothers_file(name: str) -> int:
+    """An empty file of another user made at `name` (exclusively); its descriptor, open, as
+    whoever planted it may keep it."""
+    fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    os.fchown(fd, NOBODY, NOBODY)
+    return fd
 
 
 def root_attributes(store: SQLiteStore) -> dict:
@@ -300,10 +301,9 @@ def test_a_shm_planted_before_the_switch_to_wal_is_refused(tmp_path):
     store = SQLiteStore(path)  # journal="auto": rollback journal, WAL after small commits
     store.set_sync("first", value)
     shm = f"{path}-shm"
-    fd = os.open(shm, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = anothers_file(shm)
     acknowledged = ["first"]
     try:
-        os.fchown(fd, NOBODY, NOBODY)
         with pytest.raises(errors.SidecarError, match="another user"):
             for n in range(2000):  # the switch comes after a few dozen small commits
                 store.set_sync(f"run{n}", value)
@@ -328,9 +328,8 @@ def test_closing_beside_a_refused_shm_says_which_file_and_why(tmp_path):
     value = default_buffer_prototype().buffer.from_bytes(b"x")
     store = SQLiteStore(path)
     store.set_sync("first", value)
-    fd = os.open(f"{path}-shm", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = anothers_file(f"{path}-shm")
     try:
-        os.fchown(fd, NOBODY, NOBODY)
         with pytest.raises(errors.SidecarError):
             for n in range(2000):
                 store.set_sync(f"run{n}", value)
@@ -357,9 +356,7 @@ def test_a_real_io_error_is_not_blamed_on_a_file_planted_beside_the_store(tmp_pa
     value = default_buffer_prototype().buffer.from_bytes
     store = SQLiteStore(path, journal="wal")
     store.set_sync("first", value(b"x"))
-    fd = os.open(f"{path}-journal", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    os.fchown(fd, NOBODY, NOBODY)
-    os.close(fd)
+    os.close(anothers_file(f"{path}-journal"))
     limit = max(os.path.getsize(path), os.path.getsize(f"{path}-wal")) + 64 * 1024
     old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, not a signal
     old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
