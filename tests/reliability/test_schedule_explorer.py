@@ -75,7 +75,12 @@ HERE = Path(__file__).resolve().parent
 IGNORE = tuple(filter(None, os.environ.get("ZARRDB_EXPLORER_IGNORE", "").split(",")))
 # Open defects the explorer finds on the current code (docs/development.md, "Schedules"):
 # looked past unless ZARRDB_EXPLORER_KNOWN=1, so that a run tells of new ones.
-KNOWN: tuple[str, ...] = ()
+KNOWN: tuple[str, ...] = (
+    # A forked child's write and close, and the parent's ending, left the file whole (no -wal
+    # or -shm) but its header in WAL mode, 2 to 4 runs in 120 of programs/wal_left_after_exit.json
+    # (open: not explained yet; no write is lost, and the next writer's close leaves WAL mode).
+    "after exit: sidecars [], journal mode wal",
+)
 if not os.environ.get("ZARRDB_EXPLORER_KNOWN"):
     IGNORE += KNOWN
 POINTS = [
