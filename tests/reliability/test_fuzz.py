@@ -53,7 +53,7 @@ from hypothesis import strategies as st
 from zarr.core.buffer import default_buffer_prototype
 
 from .conftest import FUZZ_SUMMARY
-from .helpers import PYTHON, TESTS_DIR, child_env, opened, trials
+from .helpers import PYTHON, TESTS_DIR, child_env, opened, over_peak, trials
 from .sqlite_pages import Layout, layout, make_overflow_bomb, table_leaf_cells
 
 FIXTURES = TESTS_DIR / "data" / "bad"
@@ -448,7 +448,7 @@ def check_reports(reports: list[dict], labels: list) -> None:
             )
         if report["extra_threads"] > THREAD_SLACK:
             problems.append(f"{report['file']} {label}: {report['extra_threads']} thread(s) more")
-        if (report.get("peak_growth") or 0) > PEAK_GROWTH:
+        if over_peak(report.get("peak_growth"), PEAK_GROWTH):
             problems.append(
                 f"{report['file']} {label}: raised the peak memory by "
                 f"{report['peak_growth']:,} bytes"

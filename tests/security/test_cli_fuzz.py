@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from format import builders
-from reliability.helpers import trials
+from reliability.helpers import over_peak, trials
 from security import test_coordinate_fuzz, test_environment_fuzz, test_schema_fuzz
 from security._hostile_http import HostileServer
 from security.test_coordinate_fuzz import run_child
@@ -133,7 +133,7 @@ def _problems(name: str, got: dict) -> list[str]:
         found.append(f"{name}: a raw control character reached the terminal: {err[:300]!r}")
     if got["seconds"] > DEADLINE:
         found.append(f"{name}: {got['seconds']} s")
-    if got["growth"] > PEAK_GROWTH:
+    if over_peak(got["growth"], PEAK_GROWTH):
         found.append(f"{name}: peak +{got['growth']:,} bytes")
     return found
 

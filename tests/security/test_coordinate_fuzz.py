@@ -31,7 +31,7 @@ import numcodecs
 import pytest
 
 from format import builders
-from reliability.helpers import PYTHON, child_env, trials
+from reliability.helpers import PYTHON, child_env, over_peak, trials
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="/proc for the peak, RLIMIT_AS"
@@ -176,7 +176,7 @@ def judged(cases: list[dict], describe: Callable[[dict], str]) -> list[str]:
         got, said = result["xarray"], describe(cases[result["n"]])
         if got["outcome"].startswith("raised"):
             problems.append(f"{got['outcome']} {said}")
-        if got["growth"] > PEAK_GROWTH:
+        if over_peak(got["growth"], PEAK_GROWTH):
             problems.append(f"peak +{got['growth']:,} bytes, {got['outcome']} {said}")
         if got["seconds"] > DEADLINE:
             problems.append(f"{got['seconds']} s {said}")
