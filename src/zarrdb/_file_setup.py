@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
+import stat
 import tempfile
+import time
 from typing import Any, Literal
 
 from zarrdb import _format, _tunables, errors
@@ -150,6 +153,75 @@ def remove_sidecars_we_made(path: str) -> None:
             db.pragma("schema_version")  # joins the log, so that closing ends it
         finally:
             db.close()
+
+
+def log_beside(path: str) -> str | None:
+    """The -wal beside the file at `path` (where SQLite looks for it: beside the file a link
+    names), if there is one."""
+    log = os.path.realpath(path) + "-wal"
+    return log if os.path.lexists(log) else None
+
+
+def leave_one_file(path: str, opts: dict[str, Any]) -> bool:
+    """After a close that may have left the file in WAL mode or a log beside it (its own
+    connection is closed now): make it one file in DELETE mode, on a fresh connection, tried
+    after each of _tunables.LAST_OUT_PAUSES. Whether a try succeeded; if none did, another
+    connection still has the file open, and its close does it.
+
+    Two cases. The close's switch to DELETE found another connection open: of two processes
+    closing at once, each found the other open, and the file stayed in WAL mode. Or the switch
+    succeeded, but SQLite's switch lets go of its exclusive lock between deleting the log and
+    writing the header's new mode: a connection opening then finds the header in WAL mode and
+    no log, and makes a new, empty -wal and -shm, which no connection uses or removes once the
+    header says DELETE (_remove_empty_log)."""
+    for pause in _tunables.LAST_OUT_PAUSES:
+        time.sleep(random.uniform(pause, 2 * pause))
+        try:
+            db = Database(path, mode="w", busy_timeout=0,
+                          synchronous=synchronous(opts["durability"], opts["journal"]))  # fmt: skip
+        except errors.DatabaseLockedError:
+            continue  # another connection is switching the file, or writing
+        except (errors.ZarrDBError, OSError):
+            return False  # gone, replaced, or refused: nothing of ours to tidy
+        try:
+            if db.journal_mode("delete") == "delete" and (
+                log_beside(path) is None or _remove_empty_log(db, path)
+            ):
+                return True
+        except errors.DatabaseLockedError:
+            pass  # still open elsewhere
+        except (errors.ZarrDBError, OSError):
+            return False
+        finally:
+            db.close()
+    return False
+
+
+def _remove_empty_log(db: Database, path: str) -> bool:
+    """Remove the empty -wal (and the -shm) beside the file `db` has open in DELETE mode,
+    under a write lock: no connection can switch the file to WAL mode meanwhile (that needs an
+    exclusive lock), and none has the log open (a connection in WAL mode keeps a shared lock,
+    so the switch that wrote DELETE in the header waited for each to close; an empty log beside
+    a file in DELETE mode is not opened). A log that holds anything, or is not a regular file,
+    is left as it is. Whether it was removed."""
+    real = os.path.realpath(path)
+
+    def remove(db: Database) -> bool:
+        head = db._main_head()
+        try:
+            log = os.lstat(real + "-wal")
+        except FileNotFoundError:
+            return True  # another close removed it meanwhile
+        if head is None or head[0][18:20] != b"\x01\x01":
+            return False
+        if not stat.S_ISREG(log.st_mode) or log.st_size != 0:
+            return False
+        os.unlink(real + "-wal")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(real + "-shm")
+        return True
+
+    return db._atomic_call(remove)  # (BEGIN IMMEDIATE; nothing is written)
 
 
 # --- creating a file -----------------------------------------------------------------------------

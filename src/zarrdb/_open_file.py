@@ -337,6 +337,7 @@ class OpenFile:
         """Commit what is queued, stop the writer thread, give back free pages, and leave the
         file in DELETE mode; the write connection is closed whatever fails."""
         db = submitter.db
+        busy = switched = False
         try:
             # Commits everything queued, stops the thread, and discards an explicit
             # transaction whose block has not ended.
@@ -352,11 +353,11 @@ class OpenFile:
             _release_siblings(self)
             try:
                 db.checkpoint("truncate")
-                db.journal_mode("delete")
+                switched = db.journal_mode("delete") == "delete"
             except errors.DatabaseLockedError:
-                # Another connection still has the file open; the last one to close
-                # checkpoints it.
-                pass
+                # Another connection still has the file open: tried again once this one is
+                # closed (that one may be closing too, and find this one open).
+                busy = True
             except errors.ZarrDBError as exc:
                 warnings.warn(
                     f"{self.path!r} stays in WAL mode: closing could not copy the "
@@ -368,7 +369,10 @@ class OpenFile:
                     stacklevel=4,
                 )
         finally:
+            _pause.point("close.switched")
             db.close()
+        if busy or (switched and _file_setup.log_beside(self.path)):
+            _file_setup.leave_one_file(self.path, self.options)
 
 
 def _release_siblings(closing: OpenFile) -> None:

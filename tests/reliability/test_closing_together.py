@@ -1,0 +1,149 @@
+"""Two processes closing the same file at once leave it in DELETE mode (issue 36: the schedule
+explorer's programs/wal_left_after_exit.json, a forked child's close beside its parent's).
+
+Closing switches the file from WAL to DELETE mode, which needs the file to itself. Each of two
+closers found the other still open and left the switch to it; the last to close its connection
+deleted the -wal, and the file stayed whole but in WAL mode. A close whose switch found another
+connection open now tries again on a fresh connection once its own is closed.
+
+Deterministic, with the pause points (test builds only): the child is held inside its close,
+after its switch was refused (the parent still open) and before its connection closes, while
+the parent closes (its switch refused: the child still open); then the child's close ends, the
+last.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import pytest
+
+from zarrdb import SQLiteStore, _core, _file_setup, _tunables
+from zarrdb._core import Database
+
+from .helpers import ReportingChild, header_journal_mode, sidecars
+
+pytestmark = pytest.mark.skipif(
+    not _core._PAUSE_POINTS, reason="the pause points are in test builds only (ZARRDB_TEST_VFS=1)"
+)
+
+_CHILD = r"""
+import faulthandler, sys
+from zarr.core.buffer import cpu
+from zarrdb import SQLiteStore, _pause
+
+faulthandler.dump_traceback_later(30, exit=True)
+
+
+def hook(name):
+    if name == "close.switched":
+        print("held", flush=True)
+        sys.stdin.readline()  # until the parent has closed
+
+
+store = SQLiteStore(sys.argv[1], journal=sys.argv[2])  # "auto" keeps the WAL mode it finds
+store.set_sync("child", cpu.Buffer.from_bytes(b"c"))
+_pause.arm(hook)
+store.close()
+print("closed", flush=True)
+"""
+
+
+def _buffer(data: bytes):
+    from zarr.core.buffer import cpu
+
+    return cpu.Buffer.from_bytes(data)
+
+
+@pytest.mark.parametrize("child_journal", ["wal", "auto"])
+def test_two_processes_closing_at_once_leave_one_file_in_delete_mode(tmp_path, child_journal):
+    path = tmp_path / "together.zarrdb"
+    parent = SQLiteStore(str(path), journal="wal")
+    parent.set_sync("parent", _buffer(b"p"))
+    child = ReportingChild(["-c", _CHILD, str(path), child_journal], tmp_path / "child.err", stdin=True)
+    try:
+        assert child.wait_for("held", 30), child.stderr_path.read_text()
+        started = time.monotonic()
+        parent.close()  # refused (the child is open), and so are its tries after closing
+        took = time.monotonic() - started
+        # The window: the file is in WAL mode, the child's connection the one left open.
+        assert sidecars(path) == ["-wal", "-shm"]
+        child.send("go")
+        assert child.wait_for("closed", 30), child.stderr_path.read_text()
+        assert child.proc.wait(30) == 0, child.stderr_path.read_text()
+    finally:
+        child.kill()
+    # The child closed last: it left one file, in DELETE mode, with both writes.
+    assert sidecars(path) == []
+    assert header_journal_mode(path) == "delete"
+    con = sqlite3.connect(path)
+    try:
+        assert dict(con.execute("SELECT k, v FROM zarr")) == {"parent": b"p", "child": b"c"}
+    finally:
+        con.close()
+    # A close beside a connection that stays open pays every pause of its tries, no more.
+    assert took < 2 * sum(_tunables.LAST_OUT_PAUSES) + 2.0
+
+
+def test_a_close_beside_a_store_that_stays_open_leaves_the_switch_to_it(tmp_path):
+    path = tmp_path / "beside.zarrdb"
+    staying = SQLiteStore(str(path), journal="wal")
+    staying.set_sync("a", _buffer(b"1"))
+    with SQLiteStore(str(path), journal="wal") as closing:
+        closing.set_sync("b", _buffer(b"2"))
+    # Still open beside the closed store: the file is in WAL mode, and stays readable.
+    assert header_journal_mode(path) == "wal"
+    db = Database(str(path), mode="r")
+    try:
+        assert db.journal_mode() == "wal"
+    finally:
+        db.close()
+    got = staying.get_sync("b")
+    assert got is not None and got.to_bytes() == b"2"
+    staying.close()
+    assert sidecars(path) == []
+    assert header_journal_mode(path) == "delete"
+
+
+def _planted_empty_log(path) -> None:
+    """What a connection opening during another's switch out of WAL mode leaves: an empty
+    -wal and -shm beside a file whose header says DELETE (SQLite's switch lets go of its
+    exclusive lock between deleting the log and writing the header; the opener found the
+    header in WAL mode and no log, and made one)."""
+    for suffix in ("-wal", "-shm"):
+        with open(f"{path}{suffix}", "wb"):
+            pass
+
+
+def test_a_close_removes_the_empty_log_an_opener_left_during_a_switch(tmp_path):
+    path = tmp_path / "left.zarrdb"
+    with SQLiteStore(str(path)) as store:
+        store.set_sync("a", _buffer(b"1"))
+    _planted_empty_log(path)
+    # Opening takes no notice of it (SQLite does not open an empty log beside a file in
+    # DELETE mode), and neither does reading.
+    with SQLiteStore(str(path), read_only=True) as store:
+        assert store.get_sync("a").to_bytes() == b"1"
+    assert sidecars(path) == ["-wal", "-shm"]
+    # A writer's close removes it.
+    with SQLiteStore(str(path)) as store:
+        store.set_sync("b", _buffer(b"2"))
+    assert sidecars(path) == []
+    assert header_journal_mode(path) == "delete"
+
+
+def test_a_log_that_holds_anything_is_not_removed(tmp_path):
+    path = tmp_path / "kept.zarrdb"
+    with SQLiteStore(str(path)) as store:
+        store.set_sync("a", _buffer(b"1"))
+    _planted_empty_log(path)
+    db = Database(str(path), mode="w")  # (opening refuses a log that is not empty)
+    try:
+        (tmp_path / "kept.zarrdb-wal").write_bytes(b"\0" * 32)
+        assert not _file_setup._remove_empty_log(db, str(path))
+        (tmp_path / "kept.zarrdb-wal").write_bytes(b"")
+        assert _file_setup._remove_empty_log(db, str(path))
+    finally:
+        db.close()
+    assert sidecars(path) == []
