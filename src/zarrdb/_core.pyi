@@ -226,10 +226,6 @@ class Database(_FileStatements):
         """`fn(self)` as one unit (as _atomic), begun and committed (or rolled back if `fn`
         raises) inside one compiled call: the form for Python code (see Writer.call_holding)."""
 
-    def _main_head(self) -> tuple[bytes, int] | None:
-        """(the header's 100 bytes, the file's size), read through SQLite's own handle of the
-        file; None if it cannot be read."""
-
     # maintenance and plain SQL -----------------------------------------------------------
     def checkpoint(
         self, mode: Literal["passive", "full", "restart", "truncate"] = "passive"

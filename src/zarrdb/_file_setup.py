@@ -80,7 +80,7 @@ def open_writable(path: str, opts: dict[str, Any]) -> Database:
         wanted = {"auto": "truncate", "wal": "wal", "delete": "delete"}[opts["journal"]]
         if opts["journal"] == "auto" and db.journal_mode() == "wal":
             wanted = "wal"
-        mode = db.journal_mode(wanted)
+        mode = switch_journal(db, wanted, opts["busy_timeout"])
         if mode != wanted:
             raise errors.SQLiteError(
                 f"cannot switch {path!r} to journal mode {wanted!r} (got {mode!r}; another "
@@ -90,6 +90,23 @@ def open_writable(path: str, opts: dict[str, Any]) -> Database:
         db.close()
         raise
     return db
+
+
+def switch_journal(db: Database, mode: str, busy_timeout: float) -> str:
+    """`db.journal_mode(mode)`, tried again for up to `busy_timeout` seconds while another
+    connection holds a lock it needs: SQLite's switch into or out of WAL mode takes an
+    exclusive lock without waiting for it (another process writing, or another closing and
+    leaving WAL mode at that moment, failed the open at once)."""
+    deadline = time.monotonic() + busy_timeout
+    pause = 0.001
+    while True:
+        try:
+            return db.journal_mode(mode)
+        except errors.DatabaseLockedError:
+            if time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, 0.05)
 
 
 def foreign_journal(path: str) -> bool:
@@ -155,6 +172,20 @@ def remove_sidecars_we_made(path: str) -> None:
             db.close()
 
 
+def switch_to_delete(db: Database) -> bool:
+    """Switch the file `db` has open from WAL to DELETE mode (DatabaseLockedError while
+    another connection has it open); whether it is in DELETE mode now. In exclusive locking
+    mode, kept until `db` closes: SQLite's switch deletes the log, then lets its exclusive lock
+    go down to a shared one (outside that mode) before it writes the new mode in the header. A
+    writer opening in between found the header in WAL mode and no log, made a new log, and
+    committed and checkpointed into the file; the switch then wrote its old first page over the
+    file, and the file was damaged (its header's page count cut off the new pages)."""
+    if db.journal_mode() == "wal":
+        # (Only then: in exclusive locking mode a switch from TRUNCATE keeps the journal.)
+        db.pragma("locking_mode", "exclusive")
+    return db.journal_mode("delete") == "delete"
+
+
 def log_beside(path: str) -> str | None:
     """The -wal beside the file at `path` (where SQLite looks for it: beside the file a link
     names), if there is one."""
@@ -184,7 +215,7 @@ def leave_one_file(path: str, opts: dict[str, Any]) -> bool:
         except (errors.ZarrDBError, OSError):
             return False  # gone, replaced, or refused: nothing of ours to tidy
         try:
-            if db.journal_mode("delete") == "delete" and (
+            if switch_to_delete(db) and (
                 log_beside(path) is None or _remove_empty_log(db, path)
             ):
                 return True
@@ -207,13 +238,14 @@ def _remove_empty_log(db: Database, path: str) -> bool:
     real = os.path.realpath(path)
 
     def remove(db: Database) -> bool:
-        head = db._main_head()
+        # (Inside the transaction SQLite has read the header: in WAL mode it would have
+        # opened the log and said so.)
+        if db.journal_mode() != "delete":
+            return False
         try:
             log = os.lstat(real + "-wal")
         except FileNotFoundError:
             return True  # another close removed it meanwhile
-        if head is None or head[0][18:20] != b"\x01\x01":
-            return False
         if not stat.S_ISREG(log.st_mode) or log.st_size != 0:
             return False
         os.unlink(real + "-wal")
@@ -221,7 +253,7 @@ def _remove_empty_log(db: Database, path: str) -> bool:
             os.unlink(real + "-shm")
         return True
 
-    return db._atomic_call(remove)  # (BEGIN IMMEDIATE; nothing is written)
+    return db.atomic_call(remove)  # (BEGIN IMMEDIATE; nothing is written)
 
 
 # --- creating a file -----------------------------------------------------------------------------

@@ -353,7 +353,7 @@ class OpenFile:
             _release_siblings(self)
             try:
                 db.checkpoint("truncate")
-                switched = db.journal_mode("delete") == "delete"
+                switched = _file_setup.switch_to_delete(db)
             except errors.DatabaseLockedError:
                 # Another connection still has the file open: tried again once this one is
                 # closed (that one may be closing too, and find this one open).

@@ -105,6 +105,9 @@ static int zarrdb_sidecar_status_is_own(const struct stat *side, const struct st
  * simulator (_vfs_powerloss.h), so that the simulator counts its creation as a directory entry
  * that a power loss can take away, as it counts one that SQLite's own open makes. */
 static __thread struct { dev_t dev; ino_t ino; int set; } zarrdb_made_sidecar;
+/* Test builds: SQLite deleted a -wal in this thread (zarrdb_guarded_delete), and has asked for
+ * no write lock since (zarrdb_guarded_lock). */
+static __thread int zarrdb_deleted_wal;
 #endif
 
 /* Before SQLite opens the sidecar `name` of the database named by its first `cut` bytes: 1 if
@@ -213,6 +216,17 @@ static int zarrdb_fchown(int fd, uid_t uid, gid_t gid)
     return fchown(fd, uid, gid);
 }
 
+#ifdef ZARRDB_TEST_VFS
+static int zarrdb_guarded_lock(sqlite3_file *file, int level)
+{
+    if (level == SQLITE_LOCK_RESERVED && zarrdb_deleted_wal) {
+        zarrdb_deleted_wal = 0;
+        zpp_point("vfs.relock_after_wal");
+    }
+    return zarrdb_guarded_io_base->xLock(file, level);
+}
+#endif
+
 /* Give the main file of a database the methods whose xShmMap checks the -shm. */
 static void zarrdb_guard_shm(sqlite3_file *file)
 {
@@ -222,6 +236,9 @@ static void zarrdb_guard_shm(sqlite3_file *file)
             && file->pMethods->xShmMap != 0) {
         zarrdb_guarded_io = *file->pMethods;
         zarrdb_guarded_io.xShmMap = zarrdb_guarded_shm_map;
+#ifdef ZARRDB_TEST_VFS
+        zarrdb_guarded_io.xLock = zarrdb_guarded_lock;
+#endif
         zarrdb_guarded_io_base = file->pMethods;
     }
     if (file->pMethods == zarrdb_guarded_io_base) file->pMethods = &zarrdb_guarded_io;
@@ -265,6 +282,22 @@ static int zarrdb_guarded_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_
     return rc;
 }
 
+#ifdef ZARRDB_TEST_VFS
+/* Test builds: a pause point where SQLite, in this thread, deleted a -wal (leaving WAL mode)
+ * and next asks for a write lock on a database (the switch writing the header's new mode):
+ * outside exclusive locking mode it let its exclusive lock down to a shared one in between,
+ * where another connection opening the file finds the header in WAL mode and no log. */
+static int zarrdb_guarded_delete(sqlite3_vfs *vfs, const char *name, int sync_dir)
+{
+    size_t n = strlen(name);
+    int rc;
+    (void)vfs;
+    rc = zarrdb_guarded_base->xDelete(zarrdb_guarded_base, name, sync_dir);
+    if (rc == SQLITE_OK && n > 4 && strcmp(name + n - 4, "-wal") == 0) zarrdb_deleted_wal = 1;
+    return rc;
+}
+#endif
+
 /* The guarded VFS's name, registered on first use (with the GIL held: once); NULL if the
  * default VFS is not there, or is no longer the one it wraps: only the test build's power-loss
  * simulator makes itself the default (_vfs_powerloss.h), and its connections must go through
@@ -278,6 +311,9 @@ static const char *zarrdb_guarded_vfs(void)
     zarrdb_guarded.pNext = 0;
     zarrdb_guarded.zName = "zarrdb-guarded";
     zarrdb_guarded.xOpen = zarrdb_guarded_open;
+#ifdef ZARRDB_TEST_VFS
+    zarrdb_guarded.xDelete = zarrdb_guarded_delete;
+#endif
     zarrdb_guarded_base = base;
 #if !defined(ZARRDB_SYSTEM_SQLITE) && SQLITE_OS_UNIX
     if (strncmp(base->zName, "unix", 4) == 0 && base->xSetSystemCall != 0) {

@@ -84,7 +84,8 @@ VACUUM_MIN_PAGES = 16
 # once its own is closed, after each of these pauses (seconds, each drawn between it and twice
 # it, so that two such closers part), and leaves it to the other connection after the last
 # (_file_setup.leave_one_file). A close beside a store that stays open pays them all, about
-# 33 ms, against 2 ms alone (tests/reliability/test_closing_together.py).
+# 33 ms, against 2 ms alone (tests/reliability/test_closing_together.py). With two pauses
+# (0, 0.004: 9 ms) the explorer's program still failed 2 runs in 400; with these, none.
 LAST_OUT_PAUSES = (0.0, 0.004, 0.016)
 # Group commits update the modified_at record at most this often (seconds); closing the store
 # writes the final time if a later commit left it out; explicit transactions always write it

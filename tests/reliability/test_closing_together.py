@@ -15,6 +15,7 @@ last.
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 
 import pytest
@@ -135,15 +136,95 @@ def test_a_close_removes_the_empty_log_an_opener_left_during_a_switch(tmp_path):
 
 def test_a_log_that_holds_anything_is_not_removed(tmp_path):
     path = tmp_path / "kept.zarrdb"
+    log = tmp_path / "kept.zarrdb-wal"
     with SQLiteStore(str(path)) as store:
         store.set_sync("a", _buffer(b"1"))
-    _planted_empty_log(path)
-    db = Database(str(path), mode="w")  # (opening refuses a log that is not empty)
-    try:
-        (tmp_path / "kept.zarrdb-wal").write_bytes(b"\0" * 32)
-        assert not _file_setup._remove_empty_log(db, str(path))
-        (tmp_path / "kept.zarrdb-wal").write_bytes(b"")
-        assert _file_setup._remove_empty_log(db, str(path))
-    finally:
-        db.close()
+    for held, removed in ((b"\0" * 32, False), (b"", True)):
+        _planted_empty_log(path)
+        db = Database(str(path), mode="w")  # (opening refuses a log that is not empty)
+        try:
+            log.write_bytes(held)
+            assert _file_setup._remove_empty_log(db, str(path)) is removed
+        finally:
+            db.close()
     assert sidecars(path) == []
+
+
+_CLOSER = r"""
+import faulthandler, sys, threading
+from zarr.core.buffer import cpu
+from zarrdb import SQLiteStore, _pause
+
+faulthandler.dump_traceback_later(60, exit=True)
+held = threading.Event()
+
+
+def hook(name):
+    if name == "vfs.relock_after_wal" and not held.is_set():
+        held.set()
+        # The switch deleted the log and asks for the write lock to write the header, which
+        # still says WAL mode.
+        print("held", flush=True)
+        sys.stdin.readline()
+
+
+store = SQLiteStore(sys.argv[1], journal="wal")
+store.set_sync("closer", cpu.Buffer.from_bytes(b"c"))
+_pause.arm(hook)
+print("ready", flush=True)
+sys.stdin.readline()
+store.close()
+print("closed", flush=True)
+"""
+
+
+def test_a_writer_opening_while_a_close_leaves_wal_mode_does_not_damage_the_file(tmp_path):
+    """SQLite's switch out of WAL mode deletes the log, then (outside exclusive locking mode)
+    lets its exclusive lock down to a shared one before writing the header's new mode. A writer
+    opening then found the header in WAL mode and no log, made a new log, and committed and
+    checkpointed pages into the file; the switch then wrote its old first page over the file
+    (whose page count cut the new pages off: "invalid page number"). The close now switches in
+    exclusive locking mode, so the writer waits for it."""
+    path = tmp_path / "switching.zarrdb"
+    with SQLiteStore(str(path)) as store:
+        store.set_sync("before", _buffer(b"b"))
+    closer = ReportingChild(["-c", _CLOSER, str(path)], tmp_path / "closer.err", stdin=True)
+    outcome: list[object] = []
+
+    def write() -> None:
+        try:
+            with SQLiteStore(str(path), journal="wal", busy_timeout=30) as opener:
+                opener.set_sync("opener", _buffer(b"o" * 300_000))  # pages past the old end
+            outcome.append("written")
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            outcome.append(exc)
+
+    try:
+        assert closer.wait_for("ready", 30), closer.stderr_path.read_text()
+        closer.send("close")
+        # Held inside the switch where it let its exclusive lock go (before the fix), or closed.
+        assert closer.wait_for("held", 30) or closer.wait_for("closed", 1), (
+            closer.stderr_path.read_text()
+        )
+        window = "held" in closer.lines
+        writer = threading.Thread(target=write)
+        writer.start()
+        writer.join(1.0)  # (in that time the writer finished inside the window, before the fix)
+        if window:
+            closer.send("go")
+        assert closer.wait_for("closed", 30), closer.stderr_path.read_text()
+        assert closer.proc.wait(30) == 0, closer.stderr_path.read_text()
+        writer.join(30)
+    finally:
+        closer.kill()
+    assert outcome == ["written"]
+    con = sqlite3.connect(path)
+    try:
+        assert con.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert {k for (k,) in con.execute("SELECT k FROM zarr")} == {"before", "closer", "opener"}
+    finally:
+        con.close()
+    # The switch kept its exclusive lock until the header said DELETE: there was no window.
+    assert not window
+    assert sidecars(path) == []
+    assert header_journal_mode(path) == "delete"
