@@ -14,7 +14,7 @@ import tempfile
 import time
 from typing import Any, Literal
 
-from zarrdb import _format, _tunables, errors
+from zarrdb import _format, _pause, _tunables, errors
 from zarrdb._core import Database, library_info
 
 
@@ -57,56 +57,74 @@ def synchronous(
 
 def open_writable(path: str, opts: dict[str, Any]) -> Database:
     """The write connection of the file at `path` (created if missing), checked against the
-    format (an empty file initialised in place) and in the journal mode `opts` asks for."""
+    format (an empty file initialised in place) and in the journal mode `opts` asks for.
+
+    SQLite's switch into or out of WAL mode takes an exclusive lock without waiting for it:
+    while another connection holds a lock it needs, the open tries again, on a new connection
+    (this one's shared lock let go meanwhile: two opens switching at once would otherwise wait
+    for each other), until the busy timeout has passed."""
     if not os.path.exists(path):
         _create(path, opts)
-    db = Database(
-        path,
-        mode="c",
-        busy_timeout=opts["busy_timeout"],
-        cache_size=opts["cache_size"],
-        synchronous=synchronous(opts["durability"], opts["journal"]),
-        cell_size_check=opts["check_pages"],
-    )
-    try:
-        facts = _format.read_facts(db)
-        if facts.is_empty:  # an empty file made by someone else: initialise it in place
-            _initialise(db, opts, path)
-        else:
-            _format.warn(_format.validate(facts, path=path, writable=True))
-        # "auto" starts with a rollback journal (TRUNCATE: no file created and deleted at every
-        # commit) and the writer may move to WAL (see _tunables.AUTO_WAL_AFTER); a file another
-        # connection has in WAL mode already stays in it.
-        wanted = {"auto": "truncate", "wal": "wal", "delete": "delete"}[opts["journal"]]
-        if opts["journal"] == "auto" and db.journal_mode() == "wal":
-            wanted = "wal"
-        mode = switch_journal(db, wanted, opts["busy_timeout"])
-        if mode != wanted:
-            raise errors.SQLiteError(
-                f"cannot switch {path!r} to journal mode {wanted!r} (got {mode!r}; another "
-                "connection may have it open in another mode)"
-            )
-    except BaseException:
-        db.close()
-        raise
-    return db
-
-
-def switch_journal(db: Database, mode: str, busy_timeout: float) -> str:
-    """`db.journal_mode(mode)`, tried again for up to `busy_timeout` seconds while another
-    connection holds a lock it needs: SQLite's switch into or out of WAL mode takes an
-    exclusive lock without waiting for it (another process writing, or another closing and
-    leaving WAL mode at that moment, failed the open at once)."""
-    deadline = time.monotonic() + busy_timeout
+    deadline = time.monotonic() + opts["busy_timeout"]
     pause = 0.001
     while True:
+        db = Database(
+            path,
+            mode="c",
+            busy_timeout=opts["busy_timeout"],
+            cache_size=opts["cache_size"],
+            synchronous=synchronous(opts["durability"], opts["journal"]),
+            cell_size_check=opts["check_pages"],
+        )
         try:
-            return db.journal_mode(mode)
-        except errors.DatabaseLockedError:
-            if time.monotonic() + pause > deadline:
-                raise
-        time.sleep(pause)
-        pause = min(2 * pause, 0.05)
+            facts = _format.read_facts(db)
+            if facts.is_empty:  # an empty file made by someone else: initialise it in place
+                _initialise(db, opts, path)
+            else:
+                _format.warn(_format.validate(facts, path=path, writable=True))
+            # "auto" starts with a rollback journal (TRUNCATE: no file created and deleted at
+            # every commit) and the writer may move to WAL (see _tunables.AUTO_WAL_AFTER); a
+            # file another connection has in WAL mode already stays in it.
+            wanted = {"auto": "truncate", "wal": "wal", "delete": "delete"}[opts["journal"]]
+            if opts["journal"] == "auto" and db.journal_mode() == "wal":
+                wanted = "wal"
+            _pause.point("open.switch")
+            try:
+                mode = switch_journal(db, wanted)
+            except errors.DatabaseLockedError:
+                if time.monotonic() + pause > deadline:
+                    raise
+                db.close()
+                time.sleep(random.uniform(pause, 2 * pause))
+                pause = min(2 * pause, 0.05)
+                continue
+            if mode != wanted:
+                raise errors.SQLiteError(
+                    f"cannot switch {path!r} to journal mode {wanted!r} (got {mode!r}; another "
+                    "connection may have it open in another mode)"
+                )
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+
+def switch_journal(db: Database, mode: str) -> str:
+    """`db.journal_mode(mode)`, the mode the file is in now. Out of WAL mode in exclusive
+    locking mode, normal again once switched: SQLite's switch deletes the log, then (outside
+    that mode) lets its exclusive lock down to a shared one before it writes the new mode in
+    the header. A writer opening in between found the header in WAL mode and no log, made a new
+    log, and committed and checkpointed into the file; the switch then wrote its old first page
+    over the file, and the file was damaged (its header's page count cut off the new pages).
+    DatabaseLockedError while another connection holds a lock the switch needs."""
+    if mode == "wal" or db.journal_mode() != "wal":
+        return db.journal_mode(mode)
+    db.pragma("locking_mode", "exclusive")
+    try:
+        return db.journal_mode(mode)
+    finally:
+        db.pragma("locking_mode", "normal")
+        db.pragma("schema_version")  # (the next access lets the exclusive lock go)
 
 
 def foreign_journal(path: str) -> bool:
@@ -173,17 +191,8 @@ def remove_sidecars_we_made(path: str) -> None:
 
 
 def switch_to_delete(db: Database) -> bool:
-    """Switch the file `db` has open from WAL to DELETE mode (DatabaseLockedError while
-    another connection has it open); whether it is in DELETE mode now. In exclusive locking
-    mode, kept until `db` closes: SQLite's switch deletes the log, then lets its exclusive lock
-    go down to a shared one (outside that mode) before it writes the new mode in the header. A
-    writer opening in between found the header in WAL mode and no log, made a new log, and
-    committed and checkpointed into the file; the switch then wrote its old first page over the
-    file, and the file was damaged (its header's page count cut off the new pages)."""
-    if db.journal_mode() == "wal":
-        # (Only then: in exclusive locking mode a switch from TRUNCATE keeps the journal.)
-        db.pragma("locking_mode", "exclusive")
-    return db.journal_mode("delete") == "delete"
+    """Switch the file `db` has open to DELETE mode (switch_journal); whether it is in it."""
+    return switch_journal(db, "delete") == "delete"
 
 
 def log_beside(path: str) -> str | None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zarrdb import _format, _tunables, errors
-from zarrdb._file_setup import write_schema
+from zarrdb._file_setup import switch_journal, write_schema
 from zarrdb._core import Database
 from zarrdb.store import SQLiteStore
 
@@ -184,7 +184,7 @@ def upgrade(
         _check_kind(target, _format.read_facts(db))
         if db.journal_mode() == "wal":
             # One file before and after; VACUUM can change the page size only out of WAL mode.
-            db.journal_mode("delete")
+            switch_journal(db, "delete")
         # Maintenance on a connection no writer runs: the upgrade's SQL as one unit (one
         # compiled call, which a signal cannot leave half begun).
         def upgrade_rows(db: Database) -> None:

@@ -168,27 +168,44 @@ def hook(name):
         sys.stdin.readline()
 
 
-store = SQLiteStore(sys.argv[1], journal="wal")
-store.set_sync("closer", cpu.Buffer.from_bytes(b"c"))
-_pause.arm(hook)
-print("ready", flush=True)
-sys.stdin.readline()
-store.close()
+if sys.argv[2] == "close":  # a store in WAL mode closes (the switch in close())
+    store = SQLiteStore(sys.argv[1], journal="wal")
+    store.set_sync("closer", cpu.Buffer.from_bytes(b"c"))
+    _pause.arm(hook)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    store.close()
+else:  # a store opens with journal="delete" a file in WAL mode (the switch in opening)
+    _pause.arm(hook)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    with SQLiteStore(sys.argv[1], journal="delete") as store:
+        store.set_sync("closer", cpu.Buffer.from_bytes(b"c"))
 print("closed", flush=True)
 """
 
 
-def test_a_writer_opening_while_a_close_leaves_wal_mode_does_not_damage_the_file(tmp_path):
+@pytest.mark.parametrize("switching", ["close", "open"])
+def test_a_writer_opening_while_a_store_leaves_wal_mode_does_not_damage_the_file(
+    tmp_path, switching
+):
     """SQLite's switch out of WAL mode deletes the log, then (outside exclusive locking mode)
     lets its exclusive lock down to a shared one before writing the header's new mode. A writer
     opening then found the header in WAL mode and no log, made a new log, and committed and
     checkpointed pages into the file; the switch then wrote its old first page over the file
     (whose page count cut the new pages off: "invalid page number"). The close now switches in
-    exclusive locking mode, so the writer waits for it."""
+    exclusive locking mode, so the writer waits for it; so does an open with journal="delete"
+    of a file in WAL mode."""
     path = tmp_path / "switching.zarrdb"
     with SQLiteStore(str(path)) as store:
         store.set_sync("before", _buffer(b"b"))
-    closer = ReportingChild(["-c", _CLOSER, str(path)], tmp_path / "closer.err", stdin=True)
+    if switching == "open":  # a connection that closed last in WAL mode left it so
+        con = sqlite3.connect(path)
+        assert con.execute("PRAGMA journal_mode = wal").fetchone() == ("wal",)
+        con.close()
+    closer = ReportingChild(
+        ["-c", _CLOSER, str(path), switching], tmp_path / "closer.err", stdin=True
+    )
     outcome: list[object] = []
 
     def write() -> None:

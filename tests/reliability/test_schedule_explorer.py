@@ -82,8 +82,8 @@ POINTS = [
     "burst.queue", "burst.backlog", "backlog.wait", "room.wait", "submit.queued",
     "submit.full", "flush", "writer.take", "writer.commit", "writer.committed", "settle",
     "txn.enter", "txn.begin", "txn.end", "txn.exit", "close", "close.done",
-    "connections.close", "writing.close", "writer.close", "close.switched", "fork.child",
-    "settle.backlog",
+    "connections.close", "writing.close", "writer.close", "close.switched", "open.switch",
+    "fork.child", "settle.backlog",
 ]  # fmt: skip
 MARKS = [f"a{i}.{j}" for i in range(4) for j in range(4)]  # caller i before its j-th step
 ANY_POINT = st.sampled_from(POINTS + MARKS)

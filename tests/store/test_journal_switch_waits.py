@@ -18,9 +18,10 @@ import time
 
 import pytest
 
+from reliability.helpers import ReportingChild
 from store._lock_holder import LockHolder
 from store.helpers import buf
-from zarrdb import SQLiteStore, errors
+from zarrdb import SQLiteStore, _core, errors
 
 HOLD = 0.5  # seconds the other process keeps its write lock
 
@@ -64,3 +65,59 @@ def test_an_open_that_cannot_switch_in_time_says_so(tmp_path):
         assert 0.25 <= time.monotonic() - started < 10
     finally:
         holder.release()
+
+
+_OPENER = r"""
+import faulthandler, sys
+from zarr.core.buffer import cpu
+from zarrdb import SQLiteStore, _pause
+
+faulthandler.dump_traceback_later(60, exit=True)
+
+
+def hook(name):
+    if name == "open.switch":
+        _pause.disarm()
+        print("held", flush=True)  # it read the header (WAL mode): a shared lock, kept
+        sys.stdin.readline()
+
+
+_pause.arm(hook)
+with SQLiteStore(sys.argv[1], journal="delete", busy_timeout=20) as store:
+    store.set_sync("child", cpu.Buffer.from_bytes(b"c"))
+print("done", flush=True)
+"""
+
+
+@pytest.mark.skipif(not _core._PAUSE_POINTS, reason="pause points: test builds only")
+def test_two_opens_leaving_wal_mode_at_once_do_not_wait_for_each_other(tmp_path):
+    """Each of two opens asking for journal="delete" had read the header of a file in WAL mode
+    (a shared lock, kept in WAL mode) and tried its switch again and again on that connection,
+    each waiting for the other's shared lock until both timed out. The open now lets its
+    connection go between tries."""
+    path = tmp_path / "both.zarrdb"
+    with SQLiteStore(str(path)) as store:
+        store.set_sync("a", buf(b"1"))
+    con = sqlite3.connect(path)
+    assert con.execute("PRAGMA journal_mode = wal").fetchone() == ("wal",)
+    con.close()
+    child = ReportingChild(["-c", _OPENER, str(path)], tmp_path / "child.err", stdin=True)
+    try:
+        assert child.wait_for("held", 30), child.stderr_path.read_text()
+        # The child holds its shared lock while this open tries its switch; it goes on a while
+        # later, and tries its own while this one may still be trying.
+        timer = threading.Timer(0.3, child.send, args=("go",))
+        timer.start()
+        started = time.monotonic()
+        with SQLiteStore(str(path), journal="delete", busy_timeout=20) as store:
+            store.set_sync("parent", buf(b"p"))
+        took = time.monotonic() - started
+        timer.join()
+        assert child.wait_for("done", 30), child.stderr_path.read_text()
+        assert child.proc.wait(30) == 0
+    finally:
+        child.kill()
+    assert 0.25 <= took < 10, took
+    with SQLiteStore(str(path), read_only=True) as store:
+        assert {k: store.get_sync(k).to_bytes() for k in ("a", "child", "parent")} == {
+            "a": b"1", "child": b"c", "parent": b"p"}
