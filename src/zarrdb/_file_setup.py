@@ -244,22 +244,24 @@ def _remove_empty_log(db: Database, path: str) -> bool:
     so the switch that wrote DELETE in the header waited for each to close; an empty log beside
     a file in DELETE mode is not opened). A log that holds anything, or is not a regular file,
     is left as it is. Whether it was removed."""
-    real = os.path.realpath(path)
 
     def remove(db: Database) -> bool:
         # (Inside the transaction SQLite has read the header: in WAL mode it would have
         # opened the log and said so.)
         if db.journal_mode() != "delete":
             return False
-        try:
-            log = os.lstat(real + "-wal")
-        except FileNotFoundError:
+        log = log_beside(path)
+        if log is None:
             return True  # another close removed it meanwhile
-        if not stat.S_ISREG(log.st_mode) or log.st_size != 0:
+        try:
+            found = os.lstat(log)
+        except FileNotFoundError:
+            return True
+        if not stat.S_ISREG(found.st_mode) or found.st_size != 0:
             return False
-        os.unlink(real + "-wal")
+        os.unlink(log)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(real + "-shm")
+            os.unlink(log.removesuffix("-wal") + "-shm")
         return True
 
     return db.atomic_call(remove)  # (BEGIN IMMEDIATE; nothing is written)

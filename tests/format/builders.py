@@ -117,6 +117,13 @@ def make_store_file(
     return path
 
 
+def set_wal_mode(path: str | Path) -> None:
+    """Put the file at `path` in WAL mode through another library's connection, closed at once:
+    what a connection that closed last in WAL mode leaves (the header keeps the mode)."""
+    with closing(sqlite3.connect(path)) as con:
+        assert con.execute("PRAGMA journal_mode = wal").fetchone() == ("wal",)
+
+
 def make_planted_log(
     path: str | Path, copy: str | Path, into: str | Path, sql: str, params: tuple = ()
 ) -> Path:

@@ -20,6 +20,8 @@ import time
 
 import pytest
 
+from format import builders
+from store.helpers import buf
 from zarrdb import SQLiteStore, _core, _file_setup, _tunables
 from zarrdb._core import Database
 
@@ -51,17 +53,11 @@ print("closed", flush=True)
 """
 
 
-def _buffer(data: bytes):
-    from zarr.core.buffer import cpu
-
-    return cpu.Buffer.from_bytes(data)
-
-
 @pytest.mark.parametrize("child_journal", ["wal", "auto"])
 def test_two_processes_closing_at_once_leave_one_file_in_delete_mode(tmp_path, child_journal):
     path = tmp_path / "together.zarrdb"
     parent = SQLiteStore(str(path), journal="wal")
-    parent.set_sync("parent", _buffer(b"p"))
+    parent.set_sync("parent", buf(b"p"))
     child = ReportingChild(["-c", _CHILD, str(path), child_journal], tmp_path / "child.err", stdin=True)
     try:
         assert child.wait_for("held", 30), child.stderr_path.read_text()
@@ -90,9 +86,9 @@ def test_two_processes_closing_at_once_leave_one_file_in_delete_mode(tmp_path, c
 def test_a_close_beside_a_store_that_stays_open_leaves_the_switch_to_it(tmp_path):
     path = tmp_path / "beside.zarrdb"
     staying = SQLiteStore(str(path), journal="wal")
-    staying.set_sync("a", _buffer(b"1"))
+    staying.set_sync("a", buf(b"1"))
     with SQLiteStore(str(path), journal="wal") as closing:
-        closing.set_sync("b", _buffer(b"2"))
+        closing.set_sync("b", buf(b"2"))
     # Still open beside the closed store: the file is in WAL mode, and stays readable.
     assert header_journal_mode(path) == "wal"
     db = Database(str(path), mode="r")
@@ -120,7 +116,7 @@ def _planted_empty_log(path) -> None:
 def test_a_close_removes_the_empty_log_an_opener_left_during_a_switch(tmp_path):
     path = tmp_path / "left.zarrdb"
     with SQLiteStore(str(path)) as store:
-        store.set_sync("a", _buffer(b"1"))
+        store.set_sync("a", buf(b"1"))
     _planted_empty_log(path)
     # Opening takes no notice of it (SQLite does not open an empty log beside a file in
     # DELETE mode), and neither does reading.
@@ -129,7 +125,7 @@ def test_a_close_removes_the_empty_log_an_opener_left_during_a_switch(tmp_path):
     assert sidecars(path) == ["-wal", "-shm"]
     # A writer's close removes it.
     with SQLiteStore(str(path)) as store:
-        store.set_sync("b", _buffer(b"2"))
+        store.set_sync("b", buf(b"2"))
     assert sidecars(path) == []
     assert header_journal_mode(path) == "delete"
 
@@ -138,7 +134,7 @@ def test_a_log_that_holds_anything_is_not_removed(tmp_path):
     path = tmp_path / "kept.zarrdb"
     log = tmp_path / "kept.zarrdb-wal"
     with SQLiteStore(str(path)) as store:
-        store.set_sync("a", _buffer(b"1"))
+        store.set_sync("a", buf(b"1"))
     for held, removed in ((b"\0" * 32, False), (b"", True)):
         _planted_empty_log(path)
         db = Database(str(path), mode="w")  # (opening refuses a log that is not empty)
@@ -198,11 +194,9 @@ def test_a_writer_opening_while_a_store_leaves_wal_mode_does_not_damage_the_file
     of a file in WAL mode."""
     path = tmp_path / "switching.zarrdb"
     with SQLiteStore(str(path)) as store:
-        store.set_sync("before", _buffer(b"b"))
+        store.set_sync("before", buf(b"b"))
     if switching == "open":  # a connection that closed last in WAL mode left it so
-        con = sqlite3.connect(path)
-        assert con.execute("PRAGMA journal_mode = wal").fetchone() == ("wal",)
-        con.close()
+        builders.set_wal_mode(path)
     closer = ReportingChild(
         ["-c", _CLOSER, str(path), switching], tmp_path / "closer.err", stdin=True
     )
@@ -211,7 +205,7 @@ def test_a_writer_opening_while_a_store_leaves_wal_mode_does_not_damage_the_file
     def write() -> None:
         try:
             with SQLiteStore(str(path), journal="wal", busy_timeout=30) as opener:
-                opener.set_sync("opener", _buffer(b"o" * 300_000))  # pages past the old end
+                opener.set_sync("opener", buf(b"o" * 300_000))  # pages past the old end
             outcome.append("written")
         except Exception as exc:  # noqa: BLE001 - reported by the assertion below
             outcome.append(exc)

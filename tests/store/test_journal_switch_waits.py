@@ -12,12 +12,12 @@ Deterministic: another process holds the write lock of a file in DELETE mode for
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 
 import pytest
 
+from format import builders
 from reliability.helpers import ReportingChild
 from store._lock_holder import LockHolder
 from store.helpers import buf
@@ -33,10 +33,7 @@ def test_an_open_switching_the_journal_waits_for_another_writer(tmp_path, journa
     with SQLiteStore(str(path), journal=start) as store:
         store.set_sync("a", buf(b"1"))
     if start == "wal":
-        # (closing left it in DELETE mode; the header keeps WAL mode once set)
-        con = sqlite3.connect(path)
-        assert con.execute("PRAGMA journal_mode = wal").fetchone() == ("wal",)
-        con.close()
+        builders.set_wal_mode(path)  # (closing left it in DELETE mode)
     holder = LockHolder(path)
     timer = threading.Timer(HOLD, holder.let_go)
     timer.start()
@@ -98,9 +95,7 @@ def test_two_opens_leaving_wal_mode_at_once_do_not_wait_for_each_other(tmp_path)
     path = tmp_path / "both.zarrdb"
     with SQLiteStore(str(path)) as store:
         store.set_sync("a", buf(b"1"))
-    con = sqlite3.connect(path)
-    assert con.execute("PRAGMA journal_mode = wal").fetchone() == ("wal",)
-    con.close()
+    builders.set_wal_mode(path)
     child = ReportingChild(["-c", _OPENER, str(path)], tmp_path / "child.err", stdin=True)
     try:
         assert child.wait_for("held", 30), child.stderr_path.read_text()
