@@ -239,3 +239,20 @@ def test_a_writer_opening_while_a_store_leaves_wal_mode_does_not_damage_the_file
     assert not window
     assert sidecars(path) == []
     assert header_journal_mode(path) == "delete"
+
+
+def test_a_log_that_is_a_link_is_not_removed(tmp_path):
+    """A -wal put beside the file as a link (to an empty file, which SQLite's check of the log
+    follows) after the connection that tidies opened: the link and its target stay."""
+    path = tmp_path / "linked.zarrdb"
+    target = tmp_path / "elsewhere"
+    with SQLiteStore(str(path)) as store:
+        store.set_sync("a", buf(b"1"))
+    target.write_bytes(b"")
+    db = Database(str(path), mode="w")
+    try:
+        (tmp_path / "linked.zarrdb-wal").symlink_to(target)
+        assert not _file_setup._remove_empty_log(db, str(path))
+    finally:
+        db.close()
+    assert (tmp_path / "linked.zarrdb-wal").is_symlink() and target.exists()
