@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable
 
 
 _programs: list[Run] = []  # the program this process runs (in a child of the server)
@@ -79,11 +80,33 @@ def value(op_id: int, size: str, bad: bool = False) -> cpu.Buffer:
     return cpu.Buffer.from_bytes(data)
 
 
+# Another process opening the file and writing one value (Run.open_and_write); exits 0 once the
+# write is acknowledged and the store closed, 3 if a lock kept it out.
+_OPENER = """
+import sys
+from zarr.core.buffer import cpu
+from zarrdb import SQLiteStore, errors
+try:
+    with SQLiteStore(sys.argv[1], journal="wal", busy_timeout=float(sys.argv[4])) as store:
+        store.set_sync(sys.argv[2], cpu.Buffer.from_bytes(bytes.fromhex(sys.argv[3])))
+except errors.DatabaseLockedError:
+    sys.exit(3)
+"""
+OPENER_WAIT = 1.0  # seconds the other process waits for a lock before it gives up
+
+
 class Scheduler:
     """What the armed pause points do."""
 
-    def __init__(self, gates: list[list], signal_at: list | None, fork_at: list | None) -> None:
+    def __init__(
+        self, gates: list[list], signal_at: list | None, fork_at: list | None,
+        opener_at: list | None = None, opener: Callable[[], None] | None = None,
+    ) -> None:  # fmt: skip
         self.pid = os.getpid()
+        # The k-th arrival at this point runs `opener` (another process opening the file and
+        # writing) before it goes on, holding whatever it holds there.
+        self.opener_at = tuple(opener_at[:2]) if opener_at else None
+        self.opener = opener
         self.cond = threading.Condition()
         self.counts: dict[str, int] = {}
         self.gates = {(at, k): until for at, k, until in gates}
@@ -103,6 +126,8 @@ class Scheduler:
             until = self.gates.get((name, n))
         if self.signal_at == (name, n):
             signal.pthread_kill(self.main, signal.SIGINT)
+        if self.opener_at == (name, n) and self.opener is not None:
+            self.opener()
         if self.fork_at == (name, n):
             # Held here (with whatever this thread holds at the point) until the fork is made.
             self.fork_go.set()
@@ -124,8 +149,13 @@ class Run:
         self.events = open(events, "a", buffering=1)  # noqa: SIM115 - ends with the process
         self.events_lock = threading.Lock()
         # No syncs: what is explored is the order of things, not what a disk keeps.
-        self.store = SQLiteStore(path, busy_timeout=DEADLINE, durability="off")
-        self.sched = Scheduler(program["gates"], program.get("signal"), program.get("fork_at"))
+        self.store = SQLiteStore(
+            path, busy_timeout=DEADLINE, durability="off", journal=program.get("journal", "auto")
+        )
+        self.sched = Scheduler(
+            program["gates"], program.get("signal"), program.get("fork_at"),
+            program.get("opener_at"), self.open_and_write,
+        )  # fmt: skip
         self.started: list[threading.Thread] = []
         self.over = threading.Event()  # the program has ended: no fork at a point any more
         self.fork_lock = threading.Lock()  # held to fork, and to end the program's forks
@@ -185,6 +215,24 @@ class Run:
                 self.children.append((pid, op["id"], t0))
         if forked is not None:
             forked.set()
+
+    def open_and_write(self) -> None:
+        """Another process opens the file (journal="wal") and writes the value of the
+        program's opener_at operation under o/KEY, waiting OPENER_WAIT seconds at most for a
+        lock; its outcome is recorded as that operation's (a refusal: "err")."""
+        _, _, key, op_id = self.program["opener_at"]
+        t0 = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-c", _OPENER, self.path, f"o/{key}",
+             value(op_id, "small").to_bytes().hex(), str(OPENER_WAIT)],
+            capture_output=True, text=True, timeout=OPENER_WAIT + DEADLINE, check=False,
+        )  # fmt: skip
+        if proc.returncode == 0:
+            self.record(id=op_id, s="ok", t0=t0, t1=time.monotonic(), th=0)
+        else:
+            locked = proc.returncode == 3
+            self.record(id=op_id, s="err", e="DatabaseLockedError" if locked else "OpenerFailed",
+                        m=proc.stderr[-300:], t0=t0, t1=time.monotonic(), th=0)  # fmt: skip
 
     def wait_children(self) -> None:
         """Wait for the forked children (FORK_WAIT at most from now) and record each one's

@@ -113,3 +113,15 @@ class Shapes:
         self.add(0, {"op": "set", "key": 0, "size": "small", "bad": False})
         self.add(0, {"op": "close"})
         self.program["fork_at"] = ["connections.close", 1, 0, self.new_id()]
+
+    def shape_switch(self) -> None:
+        """A store in WAL mode closes, and another process opens the file and writes while the
+        close switches it out of WAL mode (where SQLite's switch, outside exclusive locking
+        mode, let its exclusive lock go between deleting the log and writing the header)."""
+        if "opener" in WITHOUT:
+            return
+        self.program["journal"] = "wal"
+        self.add(0, {"op": "set", "key": 0, "size": "large", "bad": False})
+        if "close" not in WITHOUT:
+            self.add(0, {"op": "close"})
+        self.program["opener_at"] = ["vfs.relock_after_wal", 1, 0, self.new_id()]

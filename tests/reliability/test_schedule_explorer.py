@@ -28,11 +28,11 @@ The oracle:
 - a good value is never refused because of another caller's; a write is not failed with
   ClosedError by a close() that its own thread started after it.
 
-Budget: programs per shape (BUDGET: 82 in all; 574 in the slow run), derandomized
+Budget: programs per shape (BUDGET: 88 in all; 616 in the slow run), derandomized
 unless ZARRDB_EXPLORER_RANDOM=1; ZARRDB_EXPLORER_SHRINK seconds at most for shrinking a failure
 (default 60). ZARRDB_EXPLORER_WITHOUT leaves features out of the programs, to look for one kind
 of defect at a time: a comma-separated list of thread, task, set_sync, fire, delete, bad,
-full_queue, lock, txn, nested, children, join, detach, close, fork, wait, gate, signal,
+full_queue, lock, txn, nested, children, join, detach, close, fork, opener, wait, gate, signal,
 same_key. ZARRDB_EXPLORER_IGNORE=hang:,... looks past failures whose message starts so; the
 open defects in KNOWN are looked past unless ZARRDB_EXPLORER_KNOWN=1.
 """
@@ -94,6 +94,12 @@ MILESTONE = st.sampled_from([
 ])  # fmt: skip
 # Where a fork may find another thread of the parent: holding the store's lock (closing), the
 # connection (a level opening or ending), the queue.
+# Where another process may open the file and write: in the middle of closing, of a commit,
+# of a switch out of WAL mode (a point of the guarded VFS, test builds), of an open's switch.
+OPENER_POINT = st.sampled_from([
+    "close", "connections.close", "writing.close", "close.switched", "close.done",
+    "writer.commit", "writer.committed", "txn.begin", "open.switch", "vfs.relock_after_wal",
+])  # fmt: skip
 FORK_POINT = st.sampled_from([
     "connections.close", "writing.close", "close", "writer.close", "txn.begin", "txn.end",
     "writer.take", "writer.commit", "submit.queued", "submit.full", "burst.backlog", "settle",
@@ -101,7 +107,8 @@ FORK_POINT = st.sampled_from([
 # The shapes a program may start from (ScheduleExplorer.shape_*), each explored with its own
 # share of the budget (a shape drawn among others came up in runs, some hardly at all).
 SHAPES = [
-    "siblings", "outer_first", "deferred", "exit", "backlog_sync", "backlog_close", "fork", "free",
+    "siblings", "outer_first", "deferred", "exit", "backlog_sync", "backlog_close", "fork",
+    "switch", "free",
 ]  # fmt: skip
 # Most steps may first wait for such a moment (the step's `after`).
 AFTER = st.one_of(st.none(), MILESTONE) if "wait" not in WITHOUT else st.none()
@@ -346,6 +353,16 @@ class ScheduleExplorer(Shapes, RuleBasedStateMachine):
         child that writes through the inherited store."""
         self.program["fork_at"] = [at, k, key, self.new_id()]
 
+    @precondition(lambda self: "opener" not in WITHOUT and not self.program.get("opener_at"))
+    @rule(at=OPENER_POINT, k=st.integers(1, 2), key=st.integers(0, 1), wal=st.booleans())
+    def open_at_point(self, at: str, k: int, key: int, wal: bool) -> None:
+        """The k-th thread to reach point `at` is held there while another process opens the
+        file (journal="wal") and writes; the program's store in WAL mode from the start, or
+        not."""
+        self.program["opener_at"] = [at, k, key, self.new_id()]
+        if wal:
+            self.program["journal"] = "wal"
+
     @precondition(lambda self: "wait" not in WITHOUT)
     @rule(caller=st.integers(0, 3), until=MILESTONE)
     def wait_for(self, caller: int, until: str) -> None:
@@ -434,8 +451,8 @@ def explore(examples: int, shape: str) -> None:
               f"{time.monotonic() - PROGRESS['started']:.1f} s{found}", file=sys.stderr)
 
 
-# The default budget: programs per shape (82 in all, about a minute here); the large one is 7
-# times as many (574). ZARRDB_EXPLORER_EXAMPLES=N: N in all, shared out in these proportions.
+# The default budget: programs per shape (88 in all, about a minute here); the large one is 7
+# times as many (616). ZARRDB_EXPLORER_EXAMPLES=N: N in all, shared out in these proportions.
 BUDGET = {shape: 6 for shape in SHAPES} | {"free": 40}
 
 
