@@ -158,6 +158,8 @@ cdef int _open(Database self, object path, object mode, bint uri, bint immutable
         )
     # The -wal, -shm and -journal SQLite would read as part of the file must be its own.
     sidecars = None if uri else _beside.check(path)
+    if sidecars is not None:
+        zpp_point("open.beside")  # (test builds) what is beside the file was sized, not opened
     if immutable:
         mode = "r"
     flags = SQLITE_OPEN_EXRESCODE | SQLITE_OPEN_NOMUTEX

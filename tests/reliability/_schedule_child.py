@@ -93,6 +93,21 @@ except errors.DatabaseLockedError:
     sys.exit(3)
 """
 OPENER_WAIT = 1.0  # seconds the other process waits for a lock before it gives up
+# The same, keeping the store open after its write until told to close (a line on stdin) or
+# OPENER_HOLD seconds have passed: the file stays open in WAL mode, its log holding the write.
+_HELD_OPENER = """
+import select, sys
+from zarr.core.buffer import cpu
+from zarrdb import SQLiteStore, errors
+try:
+    with SQLiteStore(sys.argv[1], journal="wal", busy_timeout=float(sys.argv[4])) as store:
+        store.set_sync(sys.argv[2], cpu.Buffer.from_bytes(bytes.fromhex(sys.argv[3])))
+        print("wrote", flush=True)
+        select.select([sys.stdin], [], [], float(sys.argv[5]))
+except errors.DatabaseLockedError:
+    sys.exit(3)
+"""
+OPENER_HOLD = 1.0
 
 
 class Scheduler:
@@ -101,12 +116,17 @@ class Scheduler:
     def __init__(
         self, gates: list[list], signal_at: list | None, fork_at: list | None,
         opener_at: list | None = None, opener: Callable[[], None] | None = None,
+        opener_close: Callable[[], None] | None = None,
     ) -> None:  # fmt: skip
         self.pid = os.getpid()
         # The k-th arrival at this point runs `opener` (another process opening the file and
-        # writing) before it goes on, holding whatever it holds there.
+        # writing) before it goes on, holding whatever it holds there; where the program
+        # keeps the other process open (opener_at[4:6]: a point and k), the k-th arrival there
+        # runs `opener_close` (it closes the store and ends) before it goes on.
         self.opener_at = tuple(opener_at[:2]) if opener_at else None
         self.opener = opener
+        self.opener_until = tuple(opener_at[4:6]) if opener_at and len(opener_at) > 4 else None
+        self.opener_close = opener_close
         self.cond = threading.Condition()
         self.counts: dict[str, int] = {}
         self.gates = {(at, k): until for at, k, until in gates}
@@ -128,6 +148,8 @@ class Scheduler:
             signal.pthread_kill(self.main, signal.SIGINT)
         if self.opener_at == (name, n) and self.opener is not None:
             self.opener()
+        if self.opener_until == (name, n) and self.opener_close is not None:
+            self.opener_close()
         if self.fork_at == (name, n):
             # Held here (with whatever this thread holds at the point) until the fork is made.
             self.fork_go.set()
@@ -154,8 +176,10 @@ class Run:
         )
         self.sched = Scheduler(
             program["gates"], program.get("signal"), program.get("fork_at"),
-            program.get("opener_at"), self.open_and_write,
+            program.get("opener_at"), self.open_and_write, self.close_opener,
         )  # fmt: skip
+        self.held: tuple[subprocess.Popen, float] | None = None  # the other process kept open
+        self.held_lock = threading.Lock()
         self.started: list[threading.Thread] = []
         self.over = threading.Event()  # the program has ended: no fork at a point any more
         self.fork_lock = threading.Lock()  # held to fork, and to end the program's forks
@@ -220,19 +244,55 @@ class Run:
         """Another process opens the file (journal="wal") and writes the value of the
         program's opener_at operation under o/KEY, waiting OPENER_WAIT seconds at most for a
         lock; its outcome is recorded as that operation's (a refusal: "err")."""
-        _, _, key, op_id = self.program["opener_at"]
+        _, _, key, op_id = self.program["opener_at"][:4]
         t0 = time.monotonic()
+        if len(self.program["opener_at"]) > 4:
+            self.open_and_hold(key, op_id, t0)
+            return
         proc = subprocess.run(
             [sys.executable, "-c", _OPENER, self.path, f"o/{key}",
              value(op_id, "small").to_bytes().hex(), str(OPENER_WAIT)],
             capture_output=True, text=True, timeout=OPENER_WAIT + DEADLINE, check=False,
         )  # fmt: skip
-        if proc.returncode == 0:
+        self.record_opener(op_id, t0, proc.returncode, proc.stderr)
+
+    def record_opener(self, op_id: int, t0: float, code: int, stderr: str) -> None:
+        if code == 0:
             self.record(id=op_id, s="ok", t0=t0, t1=time.monotonic(), th=0)
         else:
-            locked = proc.returncode == 3
+            locked = code == 3
             self.record(id=op_id, s="err", e="DatabaseLockedError" if locked else "OpenerFailed",
-                        m=proc.stderr[-300:], t0=t0, t1=time.monotonic(), th=0)  # fmt: skip
+                        m=stderr[-300:], t0=t0, t1=time.monotonic(), th=0)  # fmt: skip
+
+    def open_and_hold(self, key: int, op_id: int, t0: float) -> None:
+        """As open_and_write, the other process keeping the store open once it has written
+        (OPENER_HOLD seconds at most) until close_opener."""
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _HELD_OPENER, self.path, f"o/{key}",
+             value(op_id, "small").to_bytes().hex(), str(OPENER_WAIT), str(OPENER_HOLD)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        with self.held_lock:
+            self.held = (proc, t0)
+        assert proc.stdout is not None
+        proc.stdout.readline()  # "wrote", or nothing: it ended (a lock kept it out)
+
+    def close_opener(self) -> None:
+        """The other process kept open closes its store and ends; its outcome is recorded (once:
+        at the program's point, or as the program ends)."""
+        with self.held_lock:
+            held, self.held = self.held, None
+        if held is None:
+            return
+        proc, t0 = held
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write("close\n")
+            proc.stdin.flush()
+        except OSError:
+            pass  # it ended already
+        _, stderr = proc.communicate(timeout=OPENER_HOLD + DEADLINE)
+        self.record_opener(self.program["opener_at"][3], t0, proc.returncode, stderr)
 
     def wait_children(self) -> None:
         """Wait for the forked children (FORK_WAIT at most from now) and record each one's
@@ -462,8 +522,10 @@ class Run:
             self.end_forks()
             self.record(interrupted=True)
             self.wait_children()
+            self.close_opener()
             return 130  # the program ends here: exit handlers run while the threads go on
         self.wait_children()
+        self.close_opener()
         if holder is not None and timer is not None:
             timer.join()  # it lets go of the lock
             holder.proc.wait(DEADLINE)

@@ -70,7 +70,7 @@ def check(program: dict, code: int, events: list[dict], stderr: str, path: Path)
         _, _, key, op_id = program["fork_at"]
         walk([{"op": "fork", "key": key, "id": op_id}], "f", (), callers, where)
     if program.get("opener_at"):  # another process's write at a point, a caller of its own
-        _, _, key, op_id = program["opener_at"]
+        _, _, key, op_id = program["opener_at"][:4]
         walk([{"op": "set", "key": key, "size": "small", "bad": False, "id": op_id}], "o", (),
              callers, where)  # fmt: skip
     txns = [op for _, _, op in where.values() if op["op"] == "txn"]

@@ -125,3 +125,16 @@ class Shapes:
         if "close" not in WITHOUT:
             self.add(0, {"op": "close"})
         self.program["opener_at"] = ["vfs.relock_after_wal", 1, 0, self.new_id()]
+
+    def shape_reopen(self) -> None:
+        """Another process opens the file in WAL mode and writes as the store closes, and
+        keeps it open; a write after the close opens the store again, and the other process
+        closes (the last out: leaving WAL mode, its log deleted) once that open has sized the
+        files beside the database, before SQLite has read the header."""
+        if "opener" in WITHOUT or "close" in WITHOUT:
+            return
+        self.program["journal"] = "wal"
+        self.add(0, {"op": "set", "key": 0, "size": "large", "bad": False})
+        self.add(0, {"op": "close"})
+        self.add(0, {"op": "set", "key": 1, "size": "small", "bad": False})
+        self.program["opener_at"] = ["close", 1, 0, self.new_id(), "open.beside", 1]

@@ -28,7 +28,7 @@ The oracle:
 - a good value is never refused because of another caller's; a write is not failed with
   ClosedError by a close() that its own thread started after it.
 
-Budget: programs per shape (BUDGET: 88 in all; 616 in the slow run), derandomized
+Budget: programs per shape (BUDGET: 94 in all; 658 in the slow run), derandomized
 unless ZARRDB_EXPLORER_RANDOM=1; ZARRDB_EXPLORER_SHRINK seconds at most for shrinking a failure
 (default 60). ZARRDB_EXPLORER_WITHOUT leaves features out of the programs, to look for one kind
 of defect at a time: a comma-separated list of thread, task, set_sync, fire, delete, bad,
@@ -83,7 +83,7 @@ POINTS = [
     "submit.full", "flush", "writer.take", "writer.commit", "writer.committed", "settle",
     "txn.enter", "txn.begin", "txn.end", "txn.exit", "close", "close.done",
     "connections.close", "writing.close", "writer.close", "close.switched", "open.switch",
-    "fork.child", "settle.backlog",
+    "open.beside", "fork.child", "settle.backlog",
 ]  # fmt: skip
 MARKS = [f"a{i}.{j}" for i in range(4) for j in range(4)]  # caller i before its j-th step
 ANY_POINT = st.sampled_from(POINTS + MARKS)
@@ -99,7 +99,15 @@ MILESTONE = st.sampled_from([
 OPENER_POINT = st.sampled_from([
     "close", "connections.close", "writing.close", "close.switched", "close.done",
     "writer.commit", "writer.committed", "txn.begin", "open.switch", "vfs.relock_after_wal",
+    "open.beside",
 ])  # fmt: skip
+# Where the other process, kept open after its write, closes (leaving WAL mode if it is the
+# last out): in the middle of an open (after it sized the files beside the database, or in its
+# switch), of a close, of a commit.
+OPENER_UNTIL = st.one_of(st.none(), st.tuples(st.sampled_from([
+    "open.beside", "open.switch", "close", "close.switched", "close.done", "writer.commit",
+    "txn.begin",
+]), st.integers(1, 2)))  # fmt: skip
 FORK_POINT = st.sampled_from([
     "connections.close", "writing.close", "close", "writer.close", "txn.begin", "txn.end",
     "writer.take", "writer.commit", "submit.queued", "submit.full", "burst.backlog", "settle",
@@ -108,7 +116,7 @@ FORK_POINT = st.sampled_from([
 # share of the budget (a shape drawn among others came up in runs, some hardly at all).
 SHAPES = [
     "siblings", "outer_first", "deferred", "exit", "backlog_sync", "backlog_close", "fork",
-    "switch", "free",
+    "switch", "reopen", "free",
 ]  # fmt: skip
 # Most steps may first wait for such a moment (the step's `after`).
 AFTER = st.one_of(st.none(), MILESTONE) if "wait" not in WITHOUT else st.none()
@@ -354,12 +362,18 @@ class ScheduleExplorer(Shapes, RuleBasedStateMachine):
         self.program["fork_at"] = [at, k, key, self.new_id()]
 
     @precondition(lambda self: "opener" not in WITHOUT and not self.program.get("opener_at"))
-    @rule(at=OPENER_POINT, k=st.integers(1, 2), key=st.integers(0, 1), wal=st.booleans())
-    def open_at_point(self, at: str, k: int, key: int, wal: bool) -> None:
+    @rule(
+        at=OPENER_POINT, k=st.integers(1, 2), key=st.integers(0, 1), wal=st.booleans(),
+        until=OPENER_UNTIL,
+    )  # fmt: skip
+    def open_at_point(
+        self, at: str, k: int, key: int, wal: bool, until: tuple[str, int] | None
+    ) -> None:
         """The k-th thread to reach point `at` is held there while another process opens the
-        file (journal="wal") and writes; the program's store in WAL mode from the start, or
-        not."""
-        self.program["opener_at"] = [at, k, key, self.new_id()]
+        file (journal="wal") and writes; that process closes then, or (`until`) keeps the file
+        open until the k-th thread to reach another point has it close there; the program's
+        store in WAL mode from the start, or not."""
+        self.program["opener_at"] = [at, k, key, self.new_id(), *(until or ())]
         if wal:
             self.program["journal"] = "wal"
 
@@ -451,8 +465,8 @@ def explore(examples: int, shape: str) -> None:
               f"{time.monotonic() - PROGRESS['started']:.1f} s{found}", file=sys.stderr)
 
 
-# The default budget: programs per shape (88 in all, about a minute here); the large one is 7
-# times as many (616). ZARRDB_EXPLORER_EXAMPLES=N: N in all, shared out in these proportions.
+# The default budget: programs per shape (94 in all, about a minute here); the large one is 7
+# times as many (658). ZARRDB_EXPLORER_EXAMPLES=N: N in all, shared out in these proportions.
 BUDGET = {shape: 6 for shape in SHAPES} | {"free": 40}
 
 
