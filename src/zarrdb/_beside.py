@@ -54,10 +54,8 @@ def check(path: str, suffixes: tuple[str, ...] = SIDECARS) -> Found:
     """SidecarError if a file beside `path` (those of `suffixes`) could put other pages into
     it, by what the file system says of each (nothing is opened); what was found."""
     real = os.path.realpath(path)  # SQLite names the sidecars after the file a link points to
-    try:
-        st: os.stat_result | None = os.stat(real)
-    except OSError:
-        st = None  # not there yet: SQLite creates it, and a planted sidecar is still refused
+    # (None: not there yet: SQLite creates it, and a planted sidecar is still refused)
+    st = _stat_or_none(real)
     sizes: dict[str, int] = {}
     held: dict[str, int] = {}
     for suffix in suffixes:
@@ -99,7 +97,7 @@ def check_header(
         check_holes(path, found, first, data)
     if head[18] != 1 or head[19] != 1:
         return  # WAL mode (or a format SQLite refuses itself)
-    if found.sizes.get("-wal", 0) > 0:
+    if found.sizes.get("-wal", 0) > 0 and not _log_went(path, found, read):
         raise _refusal(
             path,
             found.real + "-wal",
@@ -108,6 +106,43 @@ def check_header(
         )
     if not found.sizes.get("-journal"):
         _check_size(path, found.real + "-journal", first, read)
+
+
+def _log_went(path: str, found: Found, read: Callable[[], tuple[bytes, int] | None]) -> bool:
+    """Whether the `-wal` that `check` found holding something, beside a header read later
+    that says rollback mode, was another process's log that has gone since: a writer leaving
+    WAL mode deletes its log and then rewrites the header, so a log sized while the file was
+    in WAL mode and a header read after the switch disagree without anything being wrong.
+    The log is looked at again, then the header: a planted log stays where it is beside a
+    header that stays in rollback mode (which only the file's writers change); a writer would
+    have to enter and leave WAL mode again between each two looks to look like one. Updates
+    `found` to what was seen last; SidecarError if the log is no longer the file's own."""
+    side = found.real + "-wal"
+    for _ in range(3):
+        try:
+            log = os.lstat(side)
+        except OSError:
+            found.sizes.pop("-wal", None)
+            found.held.pop("-wal", None)
+            return True
+        why = _problem(_stat_or_none(found.real), log)
+        if why:
+            raise _refusal(path, side, why)
+        found.sizes["-wal"] = log.st_size
+        found.held["-wal"] = min(log.st_size, log.st_blocks * 512)
+        if log.st_size == 0:
+            return True
+        again = read()
+        if again is None or len(again[0]) < _HEADER or again[0][18:20] != b"\x01\x01":
+            return True  # in WAL mode again (or no longer a database: SQLite says so itself)
+    return False
+
+
+def _stat_or_none(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
 
 
 def check_holes(

@@ -14,6 +14,7 @@ last.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -22,7 +23,7 @@ import pytest
 
 from format import builders
 from store.helpers import buf
-from zarrdb import SQLiteStore, _core, _file_setup, _tunables
+from zarrdb import SQLiteStore, _core, _file_setup, _pause, _tunables
 from zarrdb._core import Database
 
 from .helpers import ReportingChild, header_journal_mode, sidecars
@@ -256,3 +257,59 @@ def test_a_log_that_is_a_link_is_not_removed(tmp_path):
     finally:
         db.close()
     assert (tmp_path / "linked.zarrdb-wal").is_symlink() and target.exists()
+
+
+_LOGGER = r"""
+import faulthandler, sys
+from zarr.core.buffer import cpu
+from zarrdb import SQLiteStore
+
+faulthandler.dump_traceback_later(60, exit=True)
+store = SQLiteStore(sys.argv[1], journal="wal")
+store.set_sync("logger", cpu.Buffer.from_bytes(b"l" * 50_000))  # in its log, not the file yet
+print("wrote", flush=True)
+sys.stdin.readline()
+store.close()  # the last out: leaves WAL mode, deleting the log before it rewrites the header
+print("closed", flush=True)
+"""
+
+
+def test_an_open_that_sized_a_log_before_its_writer_left_wal_mode_opens(tmp_path):
+    """An open sizes the files beside the database before SQLite opens it, and reads the header
+    after. A process in WAL mode closing (the last out, leaving WAL mode) between the two made
+    the open see a log that holds pages beside a header in rollback mode, and refuse the file
+    with SidecarError (the schedule explorer's shape free, once in 300 programs). The open now
+    looks at the log again before it refuses: the writer's log has gone.
+
+    Deterministic: this process's open is held after the sizing while the other process
+    closes."""
+    path = tmp_path / "sized.zarrdb"
+    with SQLiteStore(str(path)) as store:
+        store.set_sync("before", buf(b"b"))
+    logger = ReportingChild(["-c", _LOGGER, str(path)], tmp_path / "logger.err", stdin=True)
+    seen: list[int] = []
+
+    def hook(name: str) -> None:
+        if name == "open.beside" and not seen:
+            seen.append(os.path.getsize(f"{path}-wal"))
+            logger.send("close")
+            assert logger.wait_for("closed", 30), logger.stderr_path.read_text()
+
+    try:
+        assert logger.wait_for("wrote", 30), logger.stderr_path.read_text()
+        _pause.arm(hook)
+        try:
+            with SQLiteStore(str(path)) as store:
+                store.ensure_open()
+                _pause.disarm()
+                store.set_sync("opener", buf(b"o"))
+        finally:
+            _pause.disarm()
+        assert logger.proc.wait(30) == 0, logger.stderr_path.read_text()
+    finally:
+        logger.kill()
+    assert seen and seen[0] > 0  # the open sized the other's log while it held pages
+    with SQLiteStore(str(path), read_only=True) as store:
+        assert {k: len(store.get_sync(k).to_bytes()) for k in ("before", "logger", "opener")} == {
+            "before": 1, "logger": 50_000, "opener": 1}
+    assert header_journal_mode(path) == "delete"
