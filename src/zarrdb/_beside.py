@@ -12,9 +12,10 @@ that exists must be the file's own, or nothing is opened:
   run by root gives the files it makes the database's owner),
 - writable by no one the file is not writable by: not by others unless the file is, not by its
   group unless the file is (SQLite makes them with the file's permissions),
-- a `-wal` that holds anything only beside a file whose header says WAL mode (bytes 18 and 19
-  are 2): no writer leaves a log behind a file in rollback mode (leaving WAL mode removes the
-  log before it rewrites the header).
+- a `-wal` that holds anything only beside a file whose header says WAL mode (byte 19, the
+  read version, is 2; SQLite reads a log beside any other version it opens, 0 and 1 as well,
+  and whatever byte 18 says): no writer leaves a log behind a file in rollback mode (leaving
+  WAL mode removes the log before it rewrites the header).
 
 And, in rollback mode with no journal or log in use, the header's page count times its page
 size must be the file's size (fstat), which is then what SQLite bounds every read by. In any
@@ -95,28 +96,44 @@ def check_header(
     head = first[0]
     if data is not None:
         check_holes(path, found, first, data)
-    if head[18] != 1 or head[19] != 1:
+    if not _rollback_mode(head):
         return  # WAL mode (or a format SQLite refuses itself)
-    if found.sizes.get("-wal", 0) > 0 and not _log_went(path, found, read):
-        raise _refusal(
-            path,
-            found.real + "-wal",
-            "is a write-ahead log that is not empty, while the file's header says it is not in "
-            "WAL mode: no writer of this file leaves one",
-        )
+    if found.sizes.get("-wal", 0) > 0:
+        now = _log_went(path, found, read)
+        if now is None:
+            raise _refusal(
+                path,
+                found.real + "-wal",
+                "is a write-ahead log that is not empty, while the file's header says it is not "
+                "in WAL mode: no writer of this file leaves one",
+            )
+        if now == "wal":
+            return  # in WAL mode again: the file's header lags its log
     if not found.sizes.get("-journal"):
         _check_size(path, found.real + "-journal", first, read)
 
 
-def _log_went(path: str, found: Found, read: Callable[[], tuple[bytes, int] | None]) -> bool:
+def _rollback_mode(head: bytes) -> bool:
+    """Whether SQLite opens a file with this header in rollback mode: its read version (byte
+    19) 0 or 1, whatever its write version (byte 18; above 2 the file is only read). It is in
+    WAL mode at 2 and refused above, and reads a log beside it in either mode."""
+    return head[19] < 2
+
+
+def _log_went(
+    path: str, found: Found, read: Callable[[], tuple[bytes, int] | None]
+) -> str | None:
     """Whether the `-wal` that `check` found holding something, beside a header read later
     that says rollback mode, was another process's log that has gone since: a writer leaving
     WAL mode deletes its log and then rewrites the header, so a log sized while the file was
     in WAL mode and a header read after the switch disagree without anything being wrong.
     The log is looked at again, then the header: a planted log stays where it is beside a
     header that stays in rollback mode (which only the file's writers change); a writer would
-    have to enter and leave WAL mode again between each two looks to look like one. Updates
-    `found` to what was seen last; SidecarError if the log is no longer the file's own."""
+    have to enter and leave WAL mode again between each two looks to look like one. "gone"
+    (the log is gone or empty), "wal" (the header now says WAL mode, or what was read is no
+    longer a database's header, which SQLite then says itself) or None (a log beside a header
+    in rollback mode at every look). Updates `found` to what was seen last; SidecarError if
+    the log is no longer the file's own."""
     side = found.real + "-wal"
     for _ in range(3):
         try:
@@ -124,18 +141,23 @@ def _log_went(path: str, found: Found, read: Callable[[], tuple[bytes, int] | No
         except OSError:
             found.sizes.pop("-wal", None)
             found.held.pop("-wal", None)
-            return True
+            return "gone"
         why = _problem(_stat_or_none(found.real), log)
         if why:
             raise _refusal(path, side, why)
         found.sizes["-wal"] = log.st_size
         found.held["-wal"] = min(log.st_size, log.st_blocks * 512)
         if log.st_size == 0:
-            return True
+            return "gone"
         again = read()
-        if again is None or len(again[0]) < _HEADER or again[0][18:20] != b"\x01\x01":
-            return True  # in WAL mode again (or no longer a database: SQLite says so itself)
-    return False
+        if (
+            again is None
+            or len(again[0]) < _HEADER
+            or not again[0].startswith(_format.SQLITE_HEADER)
+            or not _rollback_mode(again[0])
+        ):
+            return "wal"
+    return None
 
 
 def _stat_or_none(path: str) -> os.stat_result | None:

@@ -1,7 +1,7 @@
 """Fuzzing the file's surroundings, not its pages: sound files and overflow bombs with files
 planted beside them (`-wal` logs of another copy, empty or junk sidecars, of this user or
-another, of any mode, as pipes or links), made sparse or cut or padded, and served by a server
-that states another size for the object.
+another, of any mode, as pipes or links), made sparse or cut or padded, their header's
+versions changed, and served by a server that states another size for the object.
 
 The property, for every combination: the open is refused with a zarrdb error (or OSError), or
 every value read is the file's own; never a crash, never a hang (a deadline per batch), never
@@ -112,7 +112,12 @@ CHOICES = {
     "mode": [0o600, 0o644, 0o664, 0o666],
     "kind": ["file", "file", "file", "fifo", "link"],
     "served": [None, None, "as is", "claims 1 TiB"],
+    # The header's write and read versions (bytes 18 and 19; the file is in rollback mode):
+    # SQLite opens the file in rollback mode at any read version below 2 (and reads a log
+    # beside it), only reads it at a write version above 2.
+    "versions": ["as is", "as is", "write 2", "read 0", "both 0", "write 3"],
 }  # fmt: skip
+VERSIONS = {"write 2": (2, 1), "read 0": (1, 0), "both 0": (0, 0), "write 3": (3, 1)}
 case = st.fixed_dictionaries({name: st.sampled_from(values) for name, values in CHOICES.items()})
 
 
@@ -137,6 +142,10 @@ def _build(folder: Path, n: int, spec: dict) -> dict:
             os.chmod(target, spec["mode"])
             if spec["owner"] == "nobody":
                 os.chown(target, 65534, 65534)
+    if spec.get("versions", "as is") != "as is":
+        with open(path, "r+b") as f:
+            f.seek(18)
+            f.write(bytes(VERSIONS[spec["versions"]]))
     size = path.stat().st_size
     if spec["size"].startswith("sparse"):
         _with_count(path, TIB // PAGE, trusted=spec["size"].endswith("says"))

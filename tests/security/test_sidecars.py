@@ -26,7 +26,7 @@ from zarr.core.buffer import default_buffer_prototype
 
 from cli.helpers import assert_bad_input, fingerprint, run
 from format.builders import make_planted_log, make_store_file
-from zarrdb import SQLiteStore, _core, _pause, conformance, errors
+from zarrdb import SQLiteStore, _beside, _core, _pause, conformance, errors
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX owners, modes, pipes and links")
 
@@ -115,6 +115,28 @@ def test_a_log_with_content_beside_a_file_in_rollback_mode_is_refused(tmp_path):
     assert "not in WAL mode" in line
 
 
+@pytest.mark.parametrize("versions", [(2, 1), (1, 0), (0, 1), (0, 0), (2, 0), (3, 1)])
+def test_a_log_beside_any_header_sqlite_opens_in_rollback_mode_is_refused(tmp_path, versions):
+    """SQLite is in WAL mode by the header's read version (byte 19) alone: 0 and 1 are rollback
+    mode whatever the write version (byte 18) says (above 2: the file is only read), and it
+    reads a log beside the file in either. A crafted file whose versions were not both 1 opened
+    with a planted log's hierarchy."""
+    path = victim(tmp_path)
+    planted_wal(path, tmp_path)
+    with open(path, "r+b") as f:
+        f.seek(18)
+        f.write(bytes(versions))
+    before = fingerprint(path)
+    for read_only in (True, False):
+        store = SQLiteStore(path, read_only=read_only)
+        try:
+            with pytest.raises(errors.SidecarError, match="not in WAL mode"):
+                root_attributes(store)
+        finally:
+            store.close()
+    assert fingerprint(path) == before
+
+
 @pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])
 @pytest.mark.parametrize("mode", [0o666, 0o664])
 def test_a_sidecar_others_may_write_is_refused(tmp_path, suffix, mode):
@@ -189,6 +211,25 @@ def test_a_file_shorter_than_its_header_says_is_refused(tmp_path):
         SQLiteStore(path, read_only=True).ensure_open()
     report = conformance.check_file(path)
     assert any("header says" in f.message for f in report.findings)
+
+
+def test_a_file_back_in_wal_mode_at_the_second_look_is_not_held_to_its_count(tmp_path):
+    """The header an open read said rollback mode beside a log it had sized; at its second look
+    another writer had entered WAL mode, the log its own. A file in WAL mode may be shorter
+    than its header's count while a checkpoint fills it: no size check then (it called the
+    file cut short)."""
+    path = victim(tmp_path)
+    planted_wal(path, tmp_path)  # (a log with content: what the sizing found)
+    found = _beside.check(str(path))
+    head = path.read_bytes()[:100]
+    size = path.stat().st_size
+    wal_head = head[:18] + b"\x02\x02" + head[20:]
+    reads = iter([(head, size), (wal_head, size - 4096)])
+    _beside.check_header(str(path), found, lambda: next(reads))
+    # A log beside a header in rollback mode at each look is still refused.
+    reads = iter([(head, size)] * 4)
+    with pytest.raises(errors.SidecarError, match="not in WAL mode"):
+        _beside.check_header(str(path), _beside.check(str(path)), lambda: next(reads))
 
 
 def test_a_file_longer_than_its_header_says_is_read_by_the_header(tmp_path):
