@@ -57,20 +57,28 @@ def check(path: str, suffixes: tuple[str, ...] = SIDECARS) -> Found:
     real = os.path.realpath(path)  # SQLite names the sidecars after the file a link points to
     # (None: not there yet: SQLite creates it, and a planted sidecar is still refused)
     st = _stat_or_none(real)
-    sizes: dict[str, int] = {}
-    held: dict[str, int] = {}
+    found = Found(real, {}, {})
     for suffix in suffixes:
-        side = real + suffix
-        try:
-            found = os.lstat(side)
-        except OSError:
-            continue
-        why = _problem(st, found)
-        if why:
-            raise _refusal(path, side, why)
-        sizes[suffix] = found.st_size
-        held[suffix] = min(found.st_size, found.st_blocks * 512)
-    return Found(real, sizes, held)
+        _look(path, found, suffix, st)
+    return found
+
+
+def _look(path: str, found: Found, suffix: str, st: os.stat_result | None) -> int:
+    """The size of the sidecar `suffix` beside the file (0 if there is none), noted in `found`;
+    SidecarError if it is not the file's own (`st`: the file's own stat, None if missing)."""
+    side = found.real + suffix
+    try:
+        there = os.lstat(side)
+    except OSError:
+        found.sizes.pop(suffix, None)
+        found.held.pop(suffix, None)
+        return 0
+    why = _problem(st, there)
+    if why:
+        raise _refusal(path, side, why)
+    found.sizes[suffix] = there.st_size
+    found.held[suffix] = min(there.st_size, there.st_blocks * 512)
+    return there.st_size
 
 
 def check_header(
@@ -87,13 +95,9 @@ def check_header(
     a file in rollback mode; DatabaseCorruptError if the size is not the header's, or the
     file is mostly holes."""
     first = read()
-    if (
-        first is None
-        or len(first[0]) < _HEADER
-        or not first[0].startswith(_format.SQLITE_HEADER)
-    ):
+    head = _database_head(first)
+    if first is None or head is None:
         return
-    head = first[0]
     if data is not None:
         check_holes(path, found, first, data)
     if not _rollback_mode(head):
@@ -111,6 +115,14 @@ def check_header(
             return  # in WAL mode again: the file's header lags its log
     if not found.sizes.get("-journal"):
         _check_size(path, found.real + "-journal", first, read)
+
+
+def _database_head(got: tuple[bytes, int] | None) -> bytes | None:
+    """The header's bytes of what `read()` gave, if they are a database's (else SQLite says
+    what the file is itself)."""
+    if got is None or len(got[0]) < _HEADER or not got[0].startswith(_format.SQLITE_HEADER):
+        return None
+    return got[0]
 
 
 def _rollback_mode(head: bytes) -> bool:
@@ -134,28 +146,11 @@ def _log_went(
     longer a database's header, which SQLite then says itself) or None (a log beside a header
     in rollback mode at every look). Updates `found` to what was seen last; SidecarError if
     the log is no longer the file's own."""
-    side = found.real + "-wal"
     for _ in range(3):
-        try:
-            log = os.lstat(side)
-        except OSError:
-            found.sizes.pop("-wal", None)
-            found.held.pop("-wal", None)
+        if not _look(path, found, "-wal", _stat_or_none(found.real)):
             return "gone"
-        why = _problem(_stat_or_none(found.real), log)
-        if why:
-            raise _refusal(path, side, why)
-        found.sizes["-wal"] = log.st_size
-        found.held["-wal"] = min(log.st_size, log.st_blocks * 512)
-        if log.st_size == 0:
-            return "gone"
-        again = read()
-        if (
-            again is None
-            or len(again[0]) < _HEADER
-            or not again[0].startswith(_format.SQLITE_HEADER)
-            or not _rollback_mode(again[0])
-        ):
+        again = _database_head(read())
+        if again is None or not _rollback_mode(again):
             return "wal"
     return None
 
@@ -180,13 +175,10 @@ def check_holes(
     zero blocks keep those as holes; a file of 1 TiB holding 11 KB has 2^30 of them. Every
     size SQLite reads by comes from the file's length: the whole-file commands (snapshot,
     check, vacuum) would work through all of it."""
-    if (
-        first is None
-        or len(first[0]) < _HEADER
-        or not first[0].startswith(_format.SQLITE_HEADER)
-    ):
+    head = _database_head(first)
+    if first is None or head is None:
         return
-    head, size = first
+    size = first[1]
     page_size = int.from_bytes(head[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
     if page_size < 512 or page_size & (page_size - 1):

@@ -80,22 +80,11 @@ def value(op_id: int, size: str, bad: bool = False) -> cpu.Buffer:
     return cpu.Buffer.from_bytes(data)
 
 
-# Another process opening the file and writing one value (Run.open_and_write); exits 0 once the
-# write is acknowledged and the store closed, 3 if a lock kept it out.
+# Another process opening the file and writing one value (Run.open_and_write); it keeps the store
+# open after its write until told to close (a line on stdin) or its last argument's seconds have
+# passed (0: it closes at once); exits 0 once the write is acknowledged and the store closed,
+# 3 if a lock kept it out.
 _OPENER = """
-import sys
-from zarr.core.buffer import cpu
-from zarrdb import SQLiteStore, errors
-try:
-    with SQLiteStore(sys.argv[1], journal="wal", busy_timeout=float(sys.argv[4])) as store:
-        store.set_sync(sys.argv[2], cpu.Buffer.from_bytes(bytes.fromhex(sys.argv[3])))
-except errors.DatabaseLockedError:
-    sys.exit(3)
-"""
-OPENER_WAIT = 1.0  # seconds the other process waits for a lock before it gives up
-# The same, keeping the store open after its write until told to close (a line on stdin) or
-# OPENER_HOLD seconds have passed: the file stays open in WAL mode, its log holding the write.
-_HELD_OPENER = """
 import select, sys
 from zarr.core.buffer import cpu
 from zarrdb import SQLiteStore, errors
@@ -103,11 +92,13 @@ try:
     with SQLiteStore(sys.argv[1], journal="wal", busy_timeout=float(sys.argv[4])) as store:
         store.set_sync(sys.argv[2], cpu.Buffer.from_bytes(bytes.fromhex(sys.argv[3])))
         print("wrote", flush=True)
-        select.select([sys.stdin], [], [], float(sys.argv[5]))
+        if float(sys.argv[5]):
+            select.select([sys.stdin], [], [], float(sys.argv[5]))
 except errors.DatabaseLockedError:
     sys.exit(3)
 """
-OPENER_HOLD = 1.0
+OPENER_WAIT = 1.0  # seconds the other process waits for a lock before it gives up
+OPENER_HOLD = 1.0  # seconds it keeps the file open at most, where the program has it do so
 
 
 class Scheduler:
@@ -243,39 +234,23 @@ class Run:
     def open_and_write(self) -> None:
         """Another process opens the file (journal="wal") and writes the value of the
         program's opener_at operation under o/KEY, waiting OPENER_WAIT seconds at most for a
-        lock; its outcome is recorded as that operation's (a refusal: "err")."""
+        lock; its outcome is recorded as that operation's (a refusal: "err"). Where the program
+        keeps it open (opener_at[4:6]), it holds the file (OPENER_HOLD seconds at most) until
+        close_opener; else it closes at once."""
         _, _, key, op_id = self.program["opener_at"][:4]
+        hold = OPENER_HOLD if len(self.program["opener_at"]) > 4 else 0
         t0 = time.monotonic()
-        if len(self.program["opener_at"]) > 4:
-            self.open_and_hold(key, op_id, t0)
-            return
-        proc = subprocess.run(
-            [sys.executable, "-c", _OPENER, self.path, f"o/{key}",
-             value(op_id, "small").to_bytes().hex(), str(OPENER_WAIT)],
-            capture_output=True, text=True, timeout=OPENER_WAIT + DEADLINE, check=False,
-        )  # fmt: skip
-        self.record_opener(op_id, t0, proc.returncode, proc.stderr)
-
-    def record_opener(self, op_id: int, t0: float, code: int, stderr: str) -> None:
-        if code == 0:
-            self.record(id=op_id, s="ok", t0=t0, t1=time.monotonic(), th=0)
-        else:
-            locked = code == 3
-            self.record(id=op_id, s="err", e="DatabaseLockedError" if locked else "OpenerFailed",
-                        m=stderr[-300:], t0=t0, t1=time.monotonic(), th=0)  # fmt: skip
-
-    def open_and_hold(self, key: int, op_id: int, t0: float) -> None:
-        """As open_and_write, the other process keeping the store open once it has written
-        (OPENER_HOLD seconds at most) until close_opener."""
         proc = subprocess.Popen(
-            [sys.executable, "-c", _HELD_OPENER, self.path, f"o/{key}",
-             value(op_id, "small").to_bytes().hex(), str(OPENER_WAIT), str(OPENER_HOLD)],
+            [sys.executable, "-c", _OPENER, self.path, f"o/{key}",
+             value(op_id, "small").to_bytes().hex(), str(OPENER_WAIT), str(hold)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         with self.held_lock:
             self.held = (proc, t0)
         assert proc.stdout is not None
         proc.stdout.readline()  # "wrote", or nothing: it ended (a lock kept it out)
+        if not hold:
+            self.close_opener()
 
     def close_opener(self) -> None:
         """The other process kept open closes its store and ends; its outcome is recorded (once:
@@ -292,7 +267,13 @@ class Run:
         except OSError:
             pass  # it ended already
         _, stderr = proc.communicate(timeout=OPENER_HOLD + DEADLINE)
-        self.record_opener(self.program["opener_at"][3], t0, proc.returncode, stderr)
+        op_id = self.program["opener_at"][3]
+        if proc.returncode == 0:
+            self.record(id=op_id, s="ok", t0=t0, t1=time.monotonic(), th=0)
+        else:
+            locked = proc.returncode == 3
+            self.record(id=op_id, s="err", e="DatabaseLockedError" if locked else "OpenerFailed",
+                        m=stderr[-300:], t0=t0, t1=time.monotonic(), th=0)  # fmt: skip
 
     def wait_children(self) -> None:
         """Wait for the forked children (FORK_WAIT at most from now) and record each one's
