@@ -39,6 +39,20 @@ needs_powerloss_vfs = pytest.mark.skipif(
 )
 
 
+def generated(examples: int):
+    """Hypothesis settings of a generator of hostile inputs: `examples` examples (batches),
+    the same ones every run, no shrinking (a batch's report names each failing case)."""
+    from hypothesis import HealthCheck, Phase, settings
+
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+
+
 def trials(variable: str, default: int, slow_default: int, *, slow: bool) -> int:
     """How many randomised trials to run: `variable` from the environment when set (bounded to
     1..10000), else `default` in the default run and `slow_default` in the slow one."""

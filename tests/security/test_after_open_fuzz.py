@@ -37,11 +37,11 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from format.builders import make_planted_log, make_store_file
-from reliability.helpers import PYTHON, child_env, trials
+from reliability.helpers import PYTHON, child_env, generated, trials
 from security.test_environment_fuzz import CHOICES, IS_ROOT
 
 pytestmark = pytest.mark.skipif(
@@ -187,24 +187,14 @@ def _check(specs: list[dict]) -> None:
     assert not problems, "\n".join(problems[:20])
 
 
-def _settings(examples: int):
-    return settings(
-        max_examples=examples,
-        deadline=None,
-        derandomize=True,
-        phases=[Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )
-
-
-@_settings(trials("ZARRDB_AFTER_OPEN_FUZZ_EXAMPLES", 2, 30, slow=False))
+@generated(trials("ZARRDB_AFTER_OPEN_FUZZ_EXAMPLES", 2, 30, slow=False))
 @given(st.lists(spec, min_size=BATCH, max_size=BATCH))
 def test_what_is_planted_after_the_open_is_never_read(specs):
     _check(specs)
 
 
 @pytest.mark.slow
-@_settings(trials("ZARRDB_AFTER_OPEN_FUZZ_EXAMPLES", 2, 30, slow=True))
+@generated(trials("ZARRDB_AFTER_OPEN_FUZZ_EXAMPLES", 2, 30, slow=True))
 @given(st.lists(spec, min_size=BATCH, max_size=BATCH))
 def test_what_is_planted_after_the_open_is_never_read_at_length(specs):
     _check(specs)

@@ -29,11 +29,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from format.builders import make_planted_log
-from reliability.helpers import PYTHON, child_env, over_peak, trials
+from reliability.helpers import PYTHON, child_env, generated, over_peak, trials
 from security._hostile_http import HostileServer
 from security._overflow import _entries, bomb_file, sound_file
 
@@ -185,13 +185,7 @@ def _run(cases: list[dict], folder: Path) -> list[dict]:
 
 
 @pytest.mark.filterwarnings("ignore")
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    phases=[Phase.generate],
-    suppress_health_check=list(HealthCheck),
-)
+@generated(EXAMPLES)
 @given(st.lists(case, min_size=BATCH, max_size=BATCH))
 def test_every_environment_is_refused_or_read_as_the_files_own(specs):
     _check_batch(specs)
@@ -213,13 +207,7 @@ logged = st.fixed_dictionaries({
 
 
 @pytest.mark.filterwarnings("ignore")
-@settings(
-    max_examples=max(1, EXAMPLES // 2),
-    deadline=None,
-    derandomize=True,
-    phases=[Phase.generate],
-    suppress_health_check=list(HealthCheck),
-)
+@generated(max(1, EXAMPLES // 2))
 @given(st.lists(logged, min_size=BATCH, max_size=BATCH))
 def test_a_log_beside_every_header_is_refused_or_read_as_the_files_own(specs):
     _check_batch(specs)
