@@ -240,11 +240,15 @@ class Run:
         _, _, key, op_id = self.program["opener_at"][:4]
         hold = OPENER_HOLD if len(self.program["opener_at"]) > 4 else 0
         t0 = time.monotonic()
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _OPENER, self.path, f"o/{key}",
-             value(op_id, "small").to_bytes().hex(), str(OPENER_WAIT), str(hold)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        # Started under the fork lock: a child that another thread forked while Popen starts
+        # this process would inherit Popen's pipes (the one it reads to learn that the program
+        # started, and this process's output), and Popen would wait until that child ended.
+        with self.fork_lock:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _OPENER, self.path, f"o/{key}",
+                 value(op_id, "small").to_bytes().hex(), str(OPENER_WAIT), str(hold)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
         with self.held_lock:
             self.held = (proc, t0)
         assert proc.stdout is not None
