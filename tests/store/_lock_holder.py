@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 # Holds BEGIN IMMEDIATE (or the mode given) on the file until a line arrives on stdin.
@@ -32,12 +33,20 @@ class LockHolder:
             text=True,
         )
         assert self.proc.stdout.readline().strip() == "locked"
+        self._told = False  # let_go has run: once is enough (a timer's and release's may race)
+        self._told_lock = threading.Lock()
 
     def let_go(self) -> None:
         """Lets the lock go (the holder commits its empty transaction and exits)."""
-        if self.proc.poll() is None:
-            self.proc.stdin.write("\n")
-            self.proc.stdin.flush()
+        with self._told_lock:
+            if self._told:
+                return
+            self._told = True
+            try:
+                self.proc.stdin.write("\n")
+                self.proc.stdin.flush()
+            except BrokenPipeError:
+                pass  # it ended already; release() waits for it and sees how
 
     def release(self) -> None:
         """Lets go and waits for the holder to exit."""
