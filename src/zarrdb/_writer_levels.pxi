@@ -164,8 +164,8 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
             w.txn_level = level.serial
             if not nested:
                 # The mark: what was queued while this waited for the connection and the
-                # lock is not the transaction's; it waits for its end.
-                _defer_queued(w)
+                # lock joins the transaction, as what is queued from now on.
+                _join_queued(w, token)
                 w.txn = token
                 w.txn_open = True
                 w.txn_pending = False

@@ -84,36 +84,100 @@ def _wait_for(condition, what: str) -> None:
         time.sleep(0.005)
 
 
-def test_writes_joining_a_transaction_are_not_counted_against_the_ones_it_deferred(writer_db):
-    """Writes queued while begin() waited for another process's lock are deferred until the
-    transaction ends and still fill the queue; a write joining the transaction is admitted
-    all the same (only the transaction's end could make that room)."""
-    writer = Writer(writer_db, queue_bytes=1 << 20)
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(writer_db.path)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    token: list[int] = []
-    try:
-        assert holder.stdout.readline().strip() == "locked"
-        opener = threading.Thread(target=writer.begin, args=(0, token), daemon=True)
+class _BeganBehindALock:
+    """A transaction whose begin() waits for another process's lock while the test queues
+    writes: `queue_while_waiting(fn)` runs fn with begin() holding the connection, then lets
+    the lock go and waits for the transaction to open (its token is then `token[0]`)."""
+
+    def __init__(self, writer: Writer) -> None:
+        self.writer = writer
+        self.token: list[int] = []
+        self.holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(writer.path)],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.holder.stdout.readline().strip() == "locked"
+
+    def queue_while_waiting(self, fn):
+        opener = threading.Thread(target=self.writer.begin, args=(0, self.token), daemon=True)
         opener.start()
-        _wait_for(lambda: writer.stats()["held"] == 1, "begin() holding the connection")
-        deferred = [writer.submit([("set", f"d{i}", bytes(300_000))]) for i in range(3)]
-        holder.stdin.write("\n")
-        holder.stdin.flush()
+        _wait_for(lambda: self.writer.stats()["held"] == 1, "begin() holding the connection")
+        queued = fn()
+        self.let_go()
         opener.join(10)
-        assert token, "the transaction did not begin"
-        assert not any(sub.done for sub in deferred)  # deferred until its end
-        joined = writer.submit([("set", "t", bytes(600_000))], block=False)
-        assert joined is not None, "a write of the transaction waits for the deferred ones"
-        assert joined.joined
-        writer.end(token[0], True, token)
-        for sub in deferred:
+        assert self.token, "the transaction did not begin"
+        return queued
+
+    def let_go(self) -> None:
+        if self.holder.poll() is None:
+            self.holder.stdin.write("\n")
+            self.holder.stdin.flush()
+            self.holder.communicate(timeout=10)
+
+
+def test_writes_queued_while_a_transaction_began_join_it_and_keep_their_order(writer_db):
+    """A write queued while begin() waited for another process's lock joins the transaction as
+    it opens: it is written there, before what is queued after (a write of the same key once
+    the transaction is open wins), and its waiter hears of it once it is written. (Left for
+    after the transaction's end, it landed after that later write.)"""
+    writer = Writer(writer_db)
+    began = _BeganBehindALock(writer)
+    try:
+        early = began.queue_while_waiting(
+            lambda: writer.submit([("set", "k", b"early"), ("set", "e", b"1")], block=False)
+        )
+        assert early is not None and not early.joined  # its caller waits for it
+        later = writer.submit([("set", "k", b"later")])
+        assert later.joined
+        writer.end(began.token[0], True, began.token)
+        early.wait()
+    finally:
+        began.let_go()
+        writer.close()
+    assert dict(sqlite_rows(writer_db.path, "SELECT k, v FROM zarr")) == {
+        "k": b"later", "e": b"1"
+    }
+
+
+def test_writes_queued_while_a_transaction_began_go_with_its_rollback(writer_db):
+    writer = Writer(writer_db)
+    began = _BeganBehindALock(writer)
+    try:
+        early = began.queue_while_waiting(
+            lambda: writer.submit([("set", "early", b"1")], block=False)
+        )
+        writer.end(began.token[0], False, began.token)
+        early.wait()  # (it was written: in the transaction)
+        writer.write([("set", "after", b"2")])
+    finally:
+        began.let_go()
+        writer.close()
+    assert dict(sqlite_rows(writer_db.path, "SELECT k, v FROM zarr")) == {"after": b"2"}
+
+
+def test_a_write_of_a_transaction_is_admitted_beside_what_queued_while_it_began(writer_db):
+    """Writes queued while begin() waited fill the queue; a write of the transaction then waits
+    only until the writer has written them in the transaction (it never waits for the
+    transaction's end, which its block has to reach first)."""
+    writer = Writer(writer_db, queue_bytes=1 << 20)
+    began = _BeganBehindALock(writer)
+    outcome: list[object] = []
+    try:
+        early = began.queue_while_waiting(
+            lambda: [writer.submit([("set", f"d{i}", bytes(300_000))]) for i in range(3)]
+        )
+        # (In a thread: on a defect it would wait for good.)
+        joiner = threading.Thread(
+            target=lambda: outcome.append(writer.submit([("set", "t", bytes(600_000))])),
+            daemon=True,
+        )
+        joiner.start()
+        joiner.join(10)
+        assert outcome, "a write of the transaction waited for room only its end makes"
+        assert outcome[0].joined
+        writer.end(began.token[0], True, began.token)
+        for sub in early:
             sub.wait()
     finally:
-        if holder.poll() is None:
-            holder.stdin.write("\n")
-            holder.stdin.flush()
-        holder.communicate(timeout=10)
+        began.let_go()
         writer.close()
     keys = {k for (k,) in sqlite_rows(writer_db.path, "SELECT k FROM zarr")}
     assert keys == {"d0", "d1", "d2", "t"}

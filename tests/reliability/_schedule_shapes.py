@@ -60,8 +60,8 @@ class Shapes:
 
     def shape_deferred(self) -> None:
         """A transaction waits for the lock another process holds while another thread queues
-        a large value (deferred until the transaction's end); then the block's own large
-        value must find room."""
+        a large value (it joins the transaction as it opens; it used to wait for its end, and
+        still filled the queue); then the block's own large value must find room."""
         if "full_queue" in WITHOUT or "lock" in WITHOUT:
             return
         self.program["queue_bytes"] = 96 * 1024
@@ -73,6 +73,24 @@ class Shapes:
                      "body": [self.numbered({**large, "key": 0})]})  # fmt: skip
         self.add(1, {"op": "wait", "until": "txn.begin"})
         self.add(1, {**large, "key": 1})
+
+    def shape_began(self) -> None:
+        """A transaction waits for the lock another process holds; meanwhile a task fires a
+        write of a key, and once the block's code runs fires another write of that key, which
+        must be the one stored (the first was left for after the transaction's end, and landed
+        after the second, which had joined the transaction)."""
+        if "lock" in WITHOUT or "txn" in WITHOUT or "fire" in WITHOUT:
+            return
+        self.program["lock_ms"] = 150  # (shorter than a wait's timeout, GATE_WAIT)
+        for actor in self.program["actors"][:2]:
+            actor["kind"] = "task"
+        small = {"size": "small", "bad": False}
+        txn = self.add(0, {"op": "txn", "ok": True, "join": True, "children": [],
+                           "body": [self.numbered({"op": "set", "key": 0, **small})]})  # fmt: skip
+        self.add(1, {"op": "wait", "until": "txn.begin"})
+        self.add(1, {"op": "fire", "key": 1, **small})
+        self.add(1, {"op": "wait", "until": f"a0t{txn['id']}.0"})  # the block's code runs
+        self.add(1, {"op": "fire", "key": 1, **small})
 
     def shape_exit(self) -> None:
         """Ctrl-C while a task writes large values one after the other: the program ends, the

@@ -48,12 +48,12 @@ async def stored(store: SQLiteStore, key: str) -> bytes | None:
 
 
 @pytest.mark.parametrize("form", ["with", "async with"])
-def test_a_transaction_is_not_stuck_behind_the_writes_it_deferred(
+def test_a_transaction_is_not_stuck_behind_the_writes_queued_while_it_began(
     form: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """While the transaction's begin() waits for another process's lock, other threads queue
-    writes that fill the queue; they are deferred until the transaction ends. The block's own
-    writes must still be queued (not wait for room that only the block's end makes)."""
+    writes that fill the queue (they join the transaction as it opens). The block's own writes
+    must still be queued (not wait for room that only the block's end makes)."""
     bound = 1024 * 1024
     size = 300 * 1024  # three fill the queue; a fourth does not fit beside them
     monkeypatch.setattr(_tunables, "QUEUE_MAX_BYTES", bound)
@@ -99,7 +99,7 @@ def test_a_transaction_is_not_stuck_behind_the_writes_it_deferred(
             for i in range(3)
         ]
         wait_until(lambda: writer.stats()["queued_bytes"] >= 3 * size, "the others queued")
-        holder.let_go()  # the transaction begins; the others' writes wait for its end
+        holder.let_go()  # the transaction begins; the others' writes join it
         owner.join(DEADLINE)
         assert not owner.is_alive(), "the transaction's block waits for room for good"
         assert outcomes["block"] is None, outcomes["block"]
@@ -317,6 +317,52 @@ def test_a_synchronous_write_on_the_loop_does_not_wait_for_the_loops_next_turn(
 
 
 @pytest.mark.skipif(not _core._PAUSE_POINTS, reason="pause points: test builds only")
+async def test_a_callers_writes_keep_their_order_across_a_transactions_start(
+    tmp_path: Path,
+) -> None:
+    """A task fires a write of "k" while another thread's transaction waits for the file's lock
+    (another process holds it), then writes "k" again once the transaction is open: the second
+    value is the one stored. (The first used to wait for the transaction's end, and land after
+    the second, which had joined the transaction.)"""
+    path = tmp_path / "order.zarrdb"
+    store = SQLiteStore(path)
+    holder = None
+    opened, finish = threading.Event(), threading.Event()
+
+    def block() -> None:
+        with store.transaction():
+            opened.set()
+            finish.wait(DEADLINE)
+
+    owner = threading.Thread(target=block, daemon=True)
+    try:
+        await store.set("first", value(0))  # opens the writer
+        writer = store._submitter().writer
+        holder = LockHolder(path)
+        owner.start()
+        await asyncio.to_thread(
+            wait_until, lambda: writer.stats()["held"] == 1, "begin() holding the connection"
+        )
+        early = asyncio.ensure_future(store.set("k", value(1)))
+        await asyncio.sleep(0)  # the write's burst is queued as this turn ends
+        await asyncio.to_thread(
+            wait_until, lambda: writer.stats()["queued_bytes"] > 0, "the first write queued"
+        )
+        holder.let_go()
+        assert await asyncio.to_thread(opened.wait, DEADLINE), "the transaction never opened"
+        await store.set("k", value(2))  # joins the open transaction
+        finish.set()
+        await asyncio.to_thread(owner.join, DEADLINE)
+        assert not owner.is_alive()
+        await asyncio.wait_for(early, DEADLINE)
+        assert await stored(store, "k") == value(2).to_bytes()
+    finally:
+        finish.set()
+        if holder is not None:
+            holder.release()
+        store.close()
+
+
 def test_a_synchronous_write_on_the_loop_joins_a_transaction_its_loop_is_beginning(
     tmp_path: Path,
 ) -> None:
