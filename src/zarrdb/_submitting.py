@@ -72,13 +72,14 @@ class Submitter:
     def write_sync(self, ops: Sequence[Op], level: int) -> None:
         """Queue `ops` and return once they are committed; raises the write's error. While an
         explicit transaction is open, returns once they are queued: they are the
-        transaction's, committed or rolled back with it (queued while one begins, they join it
-        as it opens, and return once written there). `level`: the serial of the level the
+        transaction's, committed or rolled back with it. `level`: the serial of the level the
         caller writes in (0: none; see the store's _write_target, which checked it)."""
         if self.watches:  # (an event loop wrote through this store: see queue_bursts_here)
             self.queue_bursts_here()
+        # On an event loop's thread, a write made while a transaction begins joins it: left
+        # for after its end, it would wait for a block that only the loop it blocks can end.
         writer = self.writer
-        writer.write(ops, level)
+        writer.write(ops, level, _compat.running_loop() is not None)
         if writer.events != self.events.mark:
             self.events.report()
 

@@ -12,15 +12,15 @@
 #   add_reader; its callback drains the port, settles the futures and releases the buffers;
 # - to a synchronous caller through a condition variable it waits on with the GIL released.
 # Explicit transactions belong to the Writer (the store's open file), not to a thread:
-# while one is open, every submission joins it (written under a savepoint per batch). begin()
-# first lets everything queued before it be committed on its own, then holds the connection
-# and takes SQLite's write lock (BEGIN IMMEDIATE); the moment it has, the start is marked under
-# the mutex: what was queued while it waited joins the transaction (its callers wait until it
-# is written: _join_queued), and so does what is queued after, whose callers return at once.
-# Its end is marked when end() asks for the connection: what is queued after that is not the
-# transaction's.
-# Admission: a submitter waits while the queue holds queue_max bytes. Nothing queued waits for
-# the transaction's end, so the room a block's write waits for is made by the writer thread.
+# while one is open, every submission joins it (written under a savepoint per batch). Its start
+# is marked under the mutex the moment begin(), holding the connection, has taken SQLite's
+# write lock (BEGIN IMMEDIATE): what was queued before is committed on its own (the part that
+# came while begin() waited is deferred, and queued again when the transaction ends), what is
+# queued after joins the transaction. Its end is marked when end() asks for the connection:
+# what is queued after that is not the transaction's.
+# Admission: a submitter waits while the queue holds queue_max bytes. What the transaction
+# deferred stays counted for the writes outside it, but not for the writes that join it: only
+# the transaction's end frees that room, and its block may be the one waiting (see _has_room).
 # Python code that needs the connection itself (reads inside a transaction, maintenance) holds
 # it through Writer.call_holding(): the thread finishes its batch and waits. (Writer.holding(),
 # a context manager, is the tests' form, in test builds only: see call_holding for why zarrdb
@@ -291,7 +291,7 @@ cdef class Writer:
         s.nbytes = _gather_ops(items, s.ops, sub.buffers, sub.keep, sub.names, self.path)
         return sub
 
-    cdef bint _enqueue(self, Submission sub, bint block) except -1:
+    cdef bint _enqueue(self, Submission sub, bint block, bint join_beginning=False) except -1:
         cdef WSub* s = sub.sub
         cdef WState* w = self.w
         cdef Port port = sub.port
@@ -299,7 +299,6 @@ cdef class Writer:
         cdef bint queued = False
         cdef bint stopped = False
         cdef bint elsewhere = False
-        cdef bint joined = False
         cdef int64_t expect = sub.expect_level
         self._check()
         if sub.queued or sub.writer is not self:
@@ -320,12 +319,14 @@ cdef class Writer:
                 if expect != 0 and (w.txn_level != expect or w.txn_ending):
                     elsewhere = True
                     break
+                if join_beginning and w.txn_pending:
+                    # Not deferred until the end of a transaction that is beginning: the
+                    # caller blocks an event loop, which may be the one to end that block.
+                    zt_cond_wait(&w.done, &w.mu)
+                    continue
                 if _has_room(w, nbytes):
                     s.txn = w.txn
-                    # (Read here, under the mutex: the transaction's start may also make a
-                    # queued submission its own, one whose caller waits: see _join_queued.)
-                    joined = s.txn != 0
-                    if joined:
+                    if s.txn != 0:
                         s.port = NULL  # nobody waits for it: see _unpin
                     _enqueue_ready(w, s)
                     if s.hinted and s.txn == 0 and w.unsignaled_bytes + nbytes < w.signal_bytes:
@@ -340,7 +341,6 @@ cdef class Writer:
                 zt_cond_wait(&w.done, &w.mu)
             if queued:
                 sub.queued = True
-                sub.joined_at_queue = joined
             zt_mutex_unlock(&w.mu)
         if not queued:
             del self._owners[<Py_ssize_t>s]
@@ -357,7 +357,7 @@ cdef class Writer:
             zpp_point("submit.full")
             return False
         zpp_point("submit.queued")
-        if joined:
+        if s.txn != 0:
             # Nobody waits for it (its error is the transaction's): kept until the writer is
             # done with it, and let go by the next submission or the transaction's end.
             self._joined.append(sub)
@@ -365,15 +365,16 @@ cdef class Writer:
                 port.pending -= 1
         return True
 
-    def write(self, ops, int64_t expect=0):
+    def write(self, ops, int64_t expect=0, bint join_beginning=False):
         """Queue `ops` and, unless they joined the open explicit transaction, wait until they
-        are committed, or written in the transaction that opened while they were queued (GIL
-        released); raises the write's error. One call, so that no signal can come between
-        queueing and waiting. `expect`: see Submission.expect_level."""
+        are committed (GIL released); raises the write's error. One call, so that no signal
+        can come between queueing and waiting. `expect`: see Submission.expect_level. With
+        `join_beginning` (a caller on an event loop's thread), a write made while a transaction
+        begins waits for it to open and joins it, instead of waiting for its end."""
         cdef Submission sub = self._prepare(list(ops), None)
         sub.expect_level = expect
-        self._enqueue(sub, True)
-        if not sub.joined_at_queue:
+        self._enqueue(sub, True, join_beginning)
+        if sub.sub.txn == 0:
             sub.wait()
 
     cdef int _unpin(self) except -1:
@@ -569,6 +570,7 @@ cdef class Writer:
             w.txn_open = False
             w.txn_level = 0
             _clear_transaction_error(w)
+            _requeue_deferred(w)
             zt_cond_broadcast(&w.work)
             zt_cond_broadcast(&w.done)
             zt_mutex_unlock(&w.mu)

@@ -15,6 +15,13 @@ cdef enum:
 
 cdef int64_t _next_level_serial = 0
 
+# How many times an outermost level's begin lets the writes queued while it waited for the
+# file's lock be committed first, and begins again (see _open_level), before it leaves what
+# is queued then for after the transaction's end. A bound, not a measured figure: writers that
+# resubmit as soon as their write is committed can keep the queue from ever being empty when
+# the lock is taken, and the transaction must still begin.
+DEF BEGIN_TRIES = 4
+
 
 cdef class Level:
     """One level of an explicit transaction: the writer it is opened on (its store's open file,
@@ -96,6 +103,8 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
     cdef int depth = 1
     cdef bint nested = parent is not None
     cdef bint pending
+    cdef bint holding = False  # this call holds the connection (to give back at the end)
+    cdef int tries = 0
     cdef bint ending = False
     cdef int64_t around = 0  # the writer's txn_level before this level began to open
     if level.writer is not self or level.state != LEVEL_NEW:
@@ -128,6 +137,7 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
         _next_token += 1
         token = _next_token
         self._hold(True, token)
+    holding = True
     zpp_point("txn.begin")
     try:
         if nested:
@@ -153,24 +163,51 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
             level.state = LEVEL_OPEN
             _level_sql(self, "SAVEPOINT", depth)
             began = 2
+            with nogil:
+                zt_mutex_lock(&w.mu)
+                w.txn_level = level.serial
+                zt_cond_broadcast(&w.done)
+                zt_mutex_unlock(&w.mu)
         else:
-            began = self.db._begin_if_needed(S_BEGIN_WRITE)
-            level.token = token
-            level.depth = depth
-            self._stack.append(level)
-            level.state = LEVEL_OPEN
-        with nogil:
-            zt_mutex_lock(&w.mu)
-            w.txn_level = level.serial
-            if not nested:
-                # The mark: what was queued while this waited for the connection and the
-                # lock joins the transaction, as what is queued from now on.
-                _join_queued(w, token)
-                w.txn = token
-                w.txn_open = True
-                w.txn_pending = False
-            zt_cond_broadcast(&w.done)
-            zt_mutex_unlock(&w.mu)
+            # BEGIN IMMEDIATE may wait for another process's lock, holding the connection:
+            # what is queued meanwhile came before the transaction opened. It is committed
+            # on its own first (the connection given to the writer thread for it, then taken
+            # again), so that it stays before the writes its callers make once the
+            # transaction is open (they join it); left for after the transaction's end, it
+            # would land after those (one caller's writes out of order).
+            while True:
+                began = self.db._begin_if_needed(S_BEGIN_WRITE)
+                level.token = token
+                level.depth = depth
+                self._stack.append(level)
+                level.state = LEVEL_OPEN
+                with nogil:
+                    zt_mutex_lock(&w.mu)
+                    pending = w.head != NULL and tries < BEGIN_TRIES
+                    if not pending:
+                        # The mark (checked and made under the one lock): what is queued
+                        # from now on joins the transaction. What is still queued (writes
+                        # that kept coming through BEGIN_TRIES tries) is not the
+                        # transaction's; it waits for its end.
+                        w.txn_level = level.serial
+                        _defer_queued(w)
+                        w.txn = token
+                        w.txn_open = True
+                        w.txn_pending = False
+                        zt_cond_broadcast(&w.done)
+                    zt_mutex_unlock(&w.mu)
+                if not pending:
+                    break
+                self._stack.remove(level)
+                level.state = LEVEL_NEW
+                tries += 1
+                self.db._finish(began, False)  # nothing written: only the lock let go
+                began = 0
+                holding = False
+                self._release()
+                self._hold(True, 0)  # once they are written (txn_pending stays this call's)
+                holding = True
+                zpp_point("txn.retry")
     except BaseException:
         level.state = LEVEL_NEW
         if level in self._stack:
@@ -196,7 +233,8 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
                 zt_mutex_unlock(&w.mu)
         raise
     finally:
-        self._release()
+        if holding:
+            self._release()
     return 0
 
 

@@ -18,7 +18,6 @@ cdef class Submission:
     cdef Writer writer
     cdef Port port  # the port it reports to (None: its caller waits on the writer)
     cdef bint queued
-    cdef bint joined_at_queue  # it joined the open transaction as it was queued: nobody waits
     cdef bint finished
     cdef public object future
     # The serial of the transaction level its caller writes in (Level.serial; 0: none): it is
@@ -31,7 +30,6 @@ cdef class Submission:
         self.sub = NULL
         self.expect_level = 0
         self.queued = False
-        self.joined_at_queue = False
         self.finished = False
 
     def __dealloc__(self):
@@ -56,10 +54,8 @@ cdef class Submission:
 
     @property
     def joined(self):
-        """The submission joined the store's open explicit transaction when it was queued:
-        nobody waits for it. (One queued while the transaction began joins it as it opens,
-        and its caller waits for it to be written: not this.)"""
-        return self.joined_at_queue
+        """The submission joined the store's open explicit transaction when it was queued."""
+        return self.sub.txn != 0
 
     @property
     def changes(self):

@@ -1,4 +1,4 @@
-# The writer's queue (WState's head/tail and the batch), changed under the
+# The writer's queue (WState's head/tail, the deferred list and the batch), changed under the
 # writer's mutex by submitters (Writer._enqueue, _writer.pxi), by callers taking the connection
 # (Writer._hold) and by the writer thread (_writer_thread.pxi). Included into _core.pyx.
 
@@ -44,7 +44,9 @@ cdef Py_ssize_t _take(WState* w) noexcept nogil:
 
 cdef int64_t _drain_target(WState* w) noexcept nogil:
     """The sequence number up to which everything queued is written once done_seq reaches it
-    (under the mutex): the last submission queued, else the batch being written."""
+    (under the mutex): the last submission queued, else the batch being written. Not the
+    submissions deferred until the open transaction's end: a hold inside the transaction (a
+    read of its block, its end) waiting for them would wait for itself."""
     if w.tail != NULL:
         return w.tail.seq
     if w.batch_n > 0 and w.batch_last_seq > w.done_seq:
@@ -52,22 +54,46 @@ cdef int64_t _drain_target(WState* w) noexcept nogil:
     return w.done_seq
 
 
-cdef void _join_queued(WState* w, int64_t token) noexcept nogil:
-    """Make everything queued part of transaction `token`, which opens now (under the mutex).
-    begin() drained the queue before it took the connection, so what is queued here came while
-    it waited for the connection and the file's lock: after the block was entered. Left for
-    after the transaction's end, it would land after the writes its callers make once the
-    transaction is open, which join it (a caller's writes would lose their order). Its
-    callers still wait for it: they return once it is written, in the transaction."""
+cdef void _defer_queued(WState* w) noexcept nogil:
+    """Move everything queued to the deferred list (under the mutex; its bytes stay counted,
+    as deferred_bytes too)."""
     cdef WSub* s = w.head
+    if s == NULL:
+        return
     while s != NULL:
-        s.txn = token
+        w.deferred_bytes += s.nbytes
         s = s.next
+    if w.dtail == NULL:
+        w.dhead = w.head
+    else:
+        w.dtail.next = w.head
+    w.dtail = w.tail
+    w.head = w.tail = NULL
+
+
+cdef void _requeue_deferred(WState* w) noexcept nogil:
+    """Queue what waited for the transaction's end again (under the mutex)."""
+    cdef WSub* s = w.dhead
+    cdef WSub* nxt
+    w.dhead = w.dtail = NULL
+    w.deferred_bytes = 0
+    while s != NULL:
+        nxt = s.next
+        w.queued_bytes -= s.nbytes  # counted again by _enqueue_ready
+        _enqueue_ready(w, s)
+        s = nxt
 
 
 cdef inline bint _has_room(WState* w, int64_t nbytes) noexcept nogil:
-    """A submission of `nbytes` may be queued now (under the mutex)."""
-    return w.queued_bytes <= 0 or w.queued_bytes + nbytes <= w.queue_max
+    """A submission of `nbytes` may be queued now (under the mutex). One that would join the
+    open transaction is counted against what the writer can write before that transaction
+    ends, not against the writes deferred until its end: waiting for those would wait for the
+    transaction's end, which the block making this write has to reach first. (The memory
+    pinned is then at most twice the bound: the deferred writes and the transaction's.)"""
+    cdef int64_t counted = w.queued_bytes
+    if w.txn != 0:
+        counted -= w.deferred_bytes
+    return counted <= 0 or counted + nbytes <= w.queue_max
 
 
 cdef void _enqueue_ready(WState* w, WSub* s) noexcept nogil:

@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from zarrdb import _core, _pause
 from zarrdb._core import Database, Writer
 
 from .helpers import make_db_file, needs_test_hooks, sqlite_rows
@@ -113,11 +114,10 @@ class _BeganBehindALock:
             self.holder.communicate(timeout=10)
 
 
-def test_writes_queued_while_a_transaction_began_join_it_and_keep_their_order(writer_db):
-    """A write queued while begin() waited for another process's lock joins the transaction as
-    it opens: it is written there, before what is queued after (a write of the same key once
-    the transaction is open wins), and its waiter hears of it once it is written. (Left for
-    after the transaction's end, it landed after that later write.)"""
+def test_writes_queued_while_a_transaction_began_keep_their_order(writer_db):
+    """A write queued while begin() waited for another process's lock is committed before the
+    transaction opens, so a write of the same key made once it is open (which joins it) wins.
+    (Left for after the transaction's end, it landed after that later write.)"""
     writer = Writer(writer_db)
     began = _BeganBehindALock(writer)
     try:
@@ -137,20 +137,56 @@ def test_writes_queued_while_a_transaction_began_join_it_and_keep_their_order(wr
     }
 
 
-def test_writes_queued_while_a_transaction_began_go_with_its_rollback(writer_db):
+def test_writes_queued_while_a_transaction_began_are_committed_before_it(writer_db):
+    """They are committed on their own, whatever becomes of the transaction: its rollback
+    keeps them (their callers were told they are committed)."""
     writer = Writer(writer_db)
     began = _BeganBehindALock(writer)
     try:
         early = began.queue_while_waiting(
             lambda: writer.submit([("set", "early", b"1")], block=False)
         )
+        assert early.done and not early.joined  # before begin() returned
+        early.wait()
+        writer.submit([("set", "inside", b"2")])
         writer.end(began.token[0], False, began.token)
-        early.wait()  # (it was written: in the transaction)
-        writer.write([("set", "after", b"2")])
     finally:
         began.let_go()
         writer.close()
-    assert dict(sqlite_rows(writer_db.path, "SELECT k, v FROM zarr")) == {"after": b"2"}
+    assert dict(sqlite_rows(writer_db.path, "SELECT k, v FROM zarr")) == {"early": b"1"}
+
+
+@pytest.mark.skipif(not _core._PAUSE_POINTS, reason="pause points: test builds only")
+def test_a_begin_that_writes_keep_coming_to_opens_all_the_same(writer_db):
+    """Each time begin() takes the connection back, another write is queued (as writers that
+    resubmit at once would): after its tries it opens the transaction all the same, and what
+    is queued then is committed after its end, with everything else stored."""
+    writer = Writer(writer_db)
+    subs = []
+
+    def hook(name: str) -> None:
+        if name == "txn.retry":
+            subs.append(writer.submit([("set", f"again/{len(subs)}", b"x")], block=False))
+
+    began = _BeganBehindALock(writer)
+    _pause.arm(hook)
+    try:
+        first = began.queue_while_waiting(
+            lambda: writer.submit([("set", "first", b"1")], block=False)
+        )
+        _pause.disarm()
+        assert 1 <= len(subs) <= 8, len(subs)  # it tried again a bounded number of times
+        assert first.done
+        writer.submit([("set", "inside", b"2")])
+        writer.end(began.token[0], True, began.token)
+        for sub in subs:
+            sub.wait()
+    finally:
+        _pause.disarm()
+        began.let_go()
+        writer.close()
+    keys = {k for (k,) in sqlite_rows(writer_db.path, "SELECT k FROM zarr")}
+    assert keys == {"first", "inside"} | {f"again/{i}" for i in range(len(subs))}
 
 
 def test_a_write_of_a_transaction_is_admitted_beside_what_queued_while_it_began(writer_db):

@@ -60,8 +60,8 @@ class Shapes:
 
     def shape_deferred(self) -> None:
         """A transaction waits for the lock another process holds while another thread queues
-        a large value (it joins the transaction as it opens; it used to wait for its end, and
-        still filled the queue); then the block's own large value must find room."""
+        a large value (committed before the transaction opens; it used to wait for its end,
+        and still filled the queue); then the block's own large value must find room."""
         if "full_queue" in WITHOUT or "lock" in WITHOUT:
             return
         self.program["queue_bytes"] = 96 * 1024
@@ -77,8 +77,9 @@ class Shapes:
     def shape_began(self) -> None:
         """A transaction waits for the lock another process holds; meanwhile a task fires a
         write of a key, and once the block's code runs fires another write of that key, which
-        must be the one stored (the first was left for after the transaction's end, and landed
-        after the second, which had joined the transaction)."""
+        must be the one stored (the first is committed before the transaction opens; it was
+        left for after the transaction's end, and landed after the second, which had joined
+        the transaction)."""
         if "lock" in WITHOUT or "txn" in WITHOUT or "fire" in WITHOUT:
             return
         self.program["lock_ms"] = 150  # (shorter than a wait's timeout, GATE_WAIT)

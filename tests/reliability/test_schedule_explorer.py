@@ -83,7 +83,7 @@ POINTS = [
     "submit.full", "flush", "writer.take", "writer.commit", "writer.committed", "settle",
     "txn.enter", "txn.begin", "txn.end", "txn.exit", "close", "close.done",
     "connections.close", "writing.close", "writer.close", "close.switched", "open.switch",
-    "open.beside", "fork.child", "settle.backlog",
+    "open.beside", "fork.child", "settle.backlog", "txn.retry",
 ]  # fmt: skip
 MARKS = [f"a{i}.{j}" for i in range(4) for j in range(4)]  # caller i before its j-th step
 ANY_POINT = st.sampled_from(POINTS + MARKS)

@@ -52,7 +52,7 @@ def test_a_transaction_is_not_stuck_behind_the_writes_queued_while_it_began(
     form: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """While the transaction's begin() waits for another process's lock, other threads queue
-    writes that fill the queue (they join the transaction as it opens). The block's own writes
+    writes that fill the queue (they are committed before it opens). The block's own writes
     must still be queued (not wait for room that only the block's end makes)."""
     bound = 1024 * 1024
     size = 300 * 1024  # three fill the queue; a fourth does not fit beside them
@@ -99,7 +99,7 @@ def test_a_transaction_is_not_stuck_behind_the_writes_queued_while_it_began(
             for i in range(3)
         ]
         wait_until(lambda: writer.stats()["queued_bytes"] >= 3 * size, "the others queued")
-        holder.let_go()  # the transaction begins; the others' writes join it
+        holder.let_go()  # the others' writes are committed, then the transaction begins
         owner.join(DEADLINE)
         assert not owner.is_alive(), "the transaction's block waits for room for good"
         assert outcomes["block"] is None, outcomes["block"]
@@ -322,8 +322,8 @@ async def test_a_callers_writes_keep_their_order_across_a_transactions_start(
 ) -> None:
     """A task fires a write of "k" while another thread's transaction waits for the file's lock
     (another process holds it), then writes "k" again once the transaction is open: the second
-    value is the one stored. (The first used to wait for the transaction's end, and land after
-    the second, which had joined the transaction.)"""
+    value is the one stored: the first is committed before the transaction opens. (It used to
+    wait for the transaction's end, and land after the second, which had joined it.)"""
     path = tmp_path / "order.zarrdb"
     store = SQLiteStore(path)
     holder = None
