@@ -362,12 +362,9 @@ class Writer:
     def enqueue(self, sub: Submission, *, block: bool = True) -> bool:
         """Queue a submission made by prepare(); False if the queue is full and not `block`."""
 
-    def write(
-        self, ops: Iterable[_Op], expect: int = 0, join_beginning: bool = False
-    ) -> None:
+    def write(self, ops: Iterable[_Op], expect: int = 0) -> None:
         """Queue `ops` and, unless they joined the open explicit transaction, wait until they
-        are committed (GIL released); raises the write's error. With `join_beginning` (a
-        caller on an event loop's thread), a write made while a transaction begins joins it."""
+        are committed (GIL released); raises the write's error."""
 
     def flush(self) -> None:
         """Everything queued so far is all the caller has for now: commit it without waiting."""

@@ -76,10 +76,8 @@ class Submitter:
         caller writes in (0: none; see the store's _write_target, which checked it)."""
         if self.watches:  # (an event loop wrote through this store: see queue_bursts_here)
             self.queue_bursts_here()
-        # On an event loop's thread, a write made while a transaction begins joins it: left
-        # for after its end, it would wait for a block that only the loop it blocks can end.
         writer = self.writer
-        writer.write(ops, level, _compat.running_loop() is not None)
+        writer.write(ops, level)
         if writer.events != self.events.mark:
             self.events.report()
 

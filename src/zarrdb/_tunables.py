@@ -18,9 +18,7 @@ from typing import Any
 GROUP_COMMIT_MAX_BYTES = 64 * 1024 * 1024
 # Submitters wait while this many bytes are queued: the values are the callers' own buffers
 # (not copied), so this bounds the memory pinned by writes that have not been committed yet.
-# A write that joins an open transaction is not counted against the writes that transaction
-# deferred until its end (room only its end makes): at most twice this while one is open
-# (benchmarks/peak_memory.py checks that ingest's private memory stays bounded with it).
+# (benchmarks/peak_memory.py checks that ingest's private memory stays bounded with it.)
 QUEUE_MAX_BYTES = 128 * 1024 * 1024
 # Values at least this long are written in place through the blob API after inserting a
 # zero-filled value of their length; shorter ones are bound to the INSERT. SQLite copies a bound

@@ -14,13 +14,13 @@
 # Explicit transactions belong to the Writer (the store's open file), not to a thread:
 # while one is open, every submission joins it (written under a savepoint per batch). Its start
 # is marked under the mutex the moment begin(), holding the connection, has taken SQLite's
-# write lock (BEGIN IMMEDIATE): what was queued before is committed on its own (the part that
-# came while begin() waited is deferred, and queued again when the transaction ends), what is
-# queued after joins the transaction. Its end is marked when end() asks for the connection:
-# what is queued after that is not the transaction's.
-# Admission: a submitter waits while the queue holds queue_max bytes. What the transaction
-# deferred stays counted for the writes outside it, but not for the writes that join it: only
-# the transaction's end frees that room, and its block may be the one waiting (see _has_room).
+# write lock (BEGIN IMMEDIATE): what was queued before is committed on its own, what is queued
+# after joins the transaction. (What came while begin() waited for the lock is committed
+# first: begin() lets the thread write it and begins again; see _open_level.) Its end is
+# marked when end() asks for the connection: what is queued after that is not the
+# transaction's.
+# Admission: a submitter waits while the queue holds queue_max bytes. Nothing queued waits for
+# a transaction's end, so the room a write of its block waits for is made by the thread.
 # Python code that needs the connection itself (reads inside a transaction, maintenance) holds
 # it through Writer.call_holding(): the thread finishes its batch and waits. (Writer.holding(),
 # a context manager, is the tests' form, in test builds only: see call_holding for why zarrdb
@@ -291,7 +291,7 @@ cdef class Writer:
         s.nbytes = _gather_ops(items, s.ops, sub.buffers, sub.keep, sub.names, self.path)
         return sub
 
-    cdef bint _enqueue(self, Submission sub, bint block, bint join_beginning=False) except -1:
+    cdef bint _enqueue(self, Submission sub, bint block) except -1:
         cdef WSub* s = sub.sub
         cdef WState* w = self.w
         cdef Port port = sub.port
@@ -299,6 +299,7 @@ cdef class Writer:
         cdef bint queued = False
         cdef bint stopped = False
         cdef bint elsewhere = False
+        cdef bint joined = False
         cdef int64_t expect = sub.expect_level
         self._check()
         if sub.queued or sub.writer is not self:
@@ -319,14 +320,12 @@ cdef class Writer:
                 if expect != 0 and (w.txn_level != expect or w.txn_ending):
                     elsewhere = True
                     break
-                if join_beginning and w.txn_pending:
-                    # Not deferred until the end of a transaction that is beginning: the
-                    # caller blocks an event loop, which may be the one to end that block.
-                    zt_cond_wait(&w.done, &w.mu)
-                    continue
                 if _has_room(w, nbytes):
                     s.txn = w.txn
-                    if s.txn != 0:
+                    # (Read here, under the mutex: a transaction that does not open after all
+                    # gives what joined it back, _leave_transaction.)
+                    joined = s.txn != 0
+                    if joined:
                         s.port = NULL  # nobody waits for it: see _unpin
                     _enqueue_ready(w, s)
                     if s.hinted and s.txn == 0 and w.unsignaled_bytes + nbytes < w.signal_bytes:
@@ -341,6 +340,7 @@ cdef class Writer:
                 zt_cond_wait(&w.done, &w.mu)
             if queued:
                 sub.queued = True
+                sub.joined_at_queue = joined
             zt_mutex_unlock(&w.mu)
         if not queued:
             del self._owners[<Py_ssize_t>s]
@@ -357,7 +357,7 @@ cdef class Writer:
             zpp_point("submit.full")
             return False
         zpp_point("submit.queued")
-        if s.txn != 0:
+        if joined:
             # Nobody waits for it (its error is the transaction's): kept until the writer is
             # done with it, and let go by the next submission or the transaction's end.
             self._joined.append(sub)
@@ -365,16 +365,14 @@ cdef class Writer:
                 port.pending -= 1
         return True
 
-    def write(self, ops, int64_t expect=0, bint join_beginning=False):
+    def write(self, ops, int64_t expect=0):
         """Queue `ops` and, unless they joined the open explicit transaction, wait until they
         are committed (GIL released); raises the write's error. One call, so that no signal
-        can come between queueing and waiting. `expect`: see Submission.expect_level. With
-        `join_beginning` (a caller on an event loop's thread), a write made while a transaction
-        begins waits for it to open and joins it, instead of waiting for its end."""
+        can come between queueing and waiting. `expect`: see Submission.expect_level."""
         cdef Submission sub = self._prepare(list(ops), None)
         sub.expect_level = expect
-        self._enqueue(sub, True, join_beginning)
-        if sub.sub.txn == 0:
+        self._enqueue(sub, True)
+        if not sub.joined_at_queue:
             sub.wait()
 
     cdef int _unpin(self) except -1:
@@ -414,9 +412,10 @@ cdef class Writer:
                 zt_cond_wait(&w.done, &w.mu)
             zt_mutex_unlock(&w.mu)
 
-    cdef int _hold(self, bint drain, int64_t mark) except -1:
+    cdef int _hold(self, bint drain, int64_t mark, int64_t upto=-1) except -1:
         """Take the connection from the thread, waiting with the GIL released: with `drain`,
-        until everything queued so far is written, else until the current batch is. `mark` > 0:
+        until everything queued so far is written (with `upto` >= 0, everything queued up to
+        that sequence number), else until the current batch is. `mark` > 0:
         first wait until no other explicit transaction is open or beginning, and reserve the
         start for the caller; `mark` < 0: mark the open one as ending at the moment of asking
         (what is queued after is not the transaction's). Raises ClosedError once close() has
@@ -438,6 +437,8 @@ cdef class Writer:
                 elif mark < 0:
                     w.txn = 0
                 target = _drain_target(w) if drain else w.done_seq
+                if drain and upto >= 0:
+                    target = upto
                 w.hold_waiters += 1
                 if w.hold_limit < target:
                     w.hold_limit = target
@@ -570,7 +571,6 @@ cdef class Writer:
             w.txn_open = False
             w.txn_level = 0
             _clear_transaction_error(w)
-            _requeue_deferred(w)
             zt_cond_broadcast(&w.work)
             zt_cond_broadcast(&w.done)
             zt_mutex_unlock(&w.mu)

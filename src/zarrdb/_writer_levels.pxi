@@ -15,14 +15,6 @@ cdef enum:
 
 cdef int64_t _next_level_serial = 0
 
-# How many times an outermost level's begin lets the writes queued while it waited for the
-# file's lock be committed first, and begins again (see _open_level), before it leaves what
-# is queued then for after the transaction's end. A bound, not a measured figure: writers that
-# resubmit as soon as their write is committed can keep the queue from ever being empty when
-# the lock is taken, and the transaction must still begin.
-DEF BEGIN_TRIES = 4
-
-
 cdef class Level:
     """One level of an explicit transaction: the writer it is opened on (its store's open file,
     kept for good: after close() or fork() the level cannot be written any more), `owner` (what
@@ -104,7 +96,9 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
     cdef bint nested = parent is not None
     cdef bint pending
     cdef bint holding = False  # this call holds the connection (to give back at the end)
-    cdef int tries = 0
+    cdef bint joining = False  # writes queued from now on join the transaction beginning
+    cdef bint retry
+    cdef int64_t before = 0
     cdef bint ending = False
     cdef int64_t around = 0  # the writer's txn_level before this level began to open
     if level.writer is not self or level.state != LEVEL_NEW:
@@ -170,11 +164,13 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
                 zt_mutex_unlock(&w.mu)
         else:
             # BEGIN IMMEDIATE may wait for another process's lock, holding the connection:
-            # what is queued meanwhile came before the transaction opened. It is committed
-            # on its own first (the connection given to the writer thread for it, then taken
-            # again), so that it stays before the writes its callers make once the
-            # transaction is open (they join it); left for after the transaction's end, it
-            # would land after those (one caller's writes out of order).
+            # what is queued meanwhile came before the transaction (which is open from the
+            # moment the block has the file's lock). Once BEGIN has the lock, if anything is
+            # queued, what is queued from then on joins the transaction (`w.txn`), the empty
+            # BEGIN is rolled back, the writer thread commits what came before on its own,
+            # and this begins again: so what came before stays before the writes its callers
+            # make once the transaction is theirs. (Left for after the transaction's end, it
+            # would land after those: one caller's writes out of order.)
             while True:
                 began = self.db._begin_if_needed(S_BEGIN_WRITE)
                 level.token = token
@@ -183,29 +179,29 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
                 level.state = LEVEL_OPEN
                 with nogil:
                     zt_mutex_lock(&w.mu)
-                    pending = w.head != NULL and tries < BEGIN_TRIES
-                    if not pending:
-                        # The mark (checked and made under the one lock): what is queued
-                        # from now on joins the transaction. What is still queued (writes
-                        # that kept coming through BEGIN_TRIES tries) is not the
-                        # transaction's; it waits for its end.
+                    retry = not joining and w.head != NULL
+                    if retry:
+                        joining = True
+                        before = w.tail.seq  # the last write that came before
+                        w.txn = token
+                    else:
+                        # The mark: the connection is in the transaction (nothing that came
+                        # before it is queued any more).
                         w.txn_level = level.serial
-                        _defer_queued(w)
                         w.txn = token
                         w.txn_open = True
                         w.txn_pending = False
                         zt_cond_broadcast(&w.done)
                     zt_mutex_unlock(&w.mu)
-                if not pending:
+                if not retry:
                     break
                 self._stack.remove(level)
                 level.state = LEVEL_NEW
-                tries += 1
                 self.db._finish(began, False)  # nothing written: only the lock let go
                 began = 0
                 holding = False
                 self._release()
-                self._hold(True, 0)  # once they are written (txn_pending stays this call's)
+                self._hold(True, 0, before)  # once what came before is committed
                 holding = True
                 zpp_point("txn.retry")
     except BaseException:
@@ -228,6 +224,9 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
         if not nested:
             with nogil:
                 zt_mutex_lock(&w.mu)
+                if joining:
+                    # It never opened: what joined it is committed on its own after all.
+                    _leave_transaction(w, token)
                 w.txn_pending = False
                 zt_cond_broadcast(&w.done)
                 zt_mutex_unlock(&w.mu)

@@ -18,6 +18,7 @@ cdef class Submission:
     cdef Writer writer
     cdef Port port  # the port it reports to (None: its caller waits on the writer)
     cdef bint queued
+    cdef bint joined_at_queue  # it joined the transaction as it was queued: nobody waits
     cdef bint finished
     cdef public object future
     # The serial of the transaction level its caller writes in (Level.serial; 0: none): it is
@@ -30,6 +31,7 @@ cdef class Submission:
         self.sub = NULL
         self.expect_level = 0
         self.queued = False
+        self.joined_at_queue = False
         self.finished = False
 
     def __dealloc__(self):
@@ -54,8 +56,9 @@ cdef class Submission:
 
     @property
     def joined(self):
-        """The submission joined the store's open explicit transaction when it was queued."""
-        return self.sub.txn != 0
+        """The submission joined the store's explicit transaction when it was queued: nobody
+        waits for it. (If that transaction then does not open, it is written on its own.)"""
+        return self.joined_at_queue
 
     @property
     def changes(self):

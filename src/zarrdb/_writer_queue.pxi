@@ -1,4 +1,4 @@
-# The writer's queue (WState's head/tail, the deferred list and the batch), changed under the
+# The writer's queue (WState's head/tail and the batch), changed under the
 # writer's mutex by submitters (Writer._enqueue, _writer.pxi), by callers taking the connection
 # (Writer._hold) and by the writer thread (_writer_thread.pxi). Included into _core.pyx.
 
@@ -44,9 +44,7 @@ cdef Py_ssize_t _take(WState* w) noexcept nogil:
 
 cdef int64_t _drain_target(WState* w) noexcept nogil:
     """The sequence number up to which everything queued is written once done_seq reaches it
-    (under the mutex): the last submission queued, else the batch being written. Not the
-    submissions deferred until the open transaction's end: a hold inside the transaction (a
-    read of its block, its end) waiting for them would wait for itself."""
+    (under the mutex): the last submission queued, else the batch being written."""
     if w.tail != NULL:
         return w.tail.seq
     if w.batch_n > 0 and w.batch_last_seq > w.done_seq:
@@ -54,46 +52,21 @@ cdef int64_t _drain_target(WState* w) noexcept nogil:
     return w.done_seq
 
 
-cdef void _defer_queued(WState* w) noexcept nogil:
-    """Move everything queued to the deferred list (under the mutex; its bytes stay counted,
-    as deferred_bytes too)."""
+cdef void _leave_transaction(WState* w, int64_t token) noexcept nogil:
+    """Transaction `token` did not open after all: what is queued as joining it is written on
+    its own (under the mutex)."""
     cdef WSub* s = w.head
-    if s == NULL:
-        return
+    if w.txn == token:
+        w.txn = 0
     while s != NULL:
-        w.deferred_bytes += s.nbytes
+        if s.txn == token:
+            s.txn = 0
         s = s.next
-    if w.dtail == NULL:
-        w.dhead = w.head
-    else:
-        w.dtail.next = w.head
-    w.dtail = w.tail
-    w.head = w.tail = NULL
-
-
-cdef void _requeue_deferred(WState* w) noexcept nogil:
-    """Queue what waited for the transaction's end again (under the mutex)."""
-    cdef WSub* s = w.dhead
-    cdef WSub* nxt
-    w.dhead = w.dtail = NULL
-    w.deferred_bytes = 0
-    while s != NULL:
-        nxt = s.next
-        w.queued_bytes -= s.nbytes  # counted again by _enqueue_ready
-        _enqueue_ready(w, s)
-        s = nxt
 
 
 cdef inline bint _has_room(WState* w, int64_t nbytes) noexcept nogil:
-    """A submission of `nbytes` may be queued now (under the mutex). One that would join the
-    open transaction is counted against what the writer can write before that transaction
-    ends, not against the writes deferred until its end: waiting for those would wait for the
-    transaction's end, which the block making this write has to reach first. (The memory
-    pinned is then at most twice the bound: the deferred writes and the transaction's.)"""
-    cdef int64_t counted = w.queued_bytes
-    if w.txn != 0:
-        counted -= w.deferred_bytes
-    return counted <= 0 or counted + nbytes <= w.queue_max
+    """A submission of `nbytes` may be queued now (under the mutex)."""
+    return w.queued_bytes <= 0 or w.queued_bytes + nbytes <= w.queue_max
 
 
 cdef void _enqueue_ready(WState* w, WSub* s) noexcept nogil:

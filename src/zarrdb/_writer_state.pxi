@@ -45,7 +45,7 @@ cdef struct WPort:
 # mutex's, its results the writer thread's while it runs, and its submitter reads them once it
 # has seen `state` == SUB_DONE (an acquire that pairs with the writer thread's release).
 cdef struct WSub:
-    WSub* next  # [mu] the queue's (or the deferred list's) link
+    WSub* next  # [mu] the queue's link
     WSub* done_next  # [mu] its port's finished list's link
     WOp* ops  # [init of the submission] read-only once queued
     Py_ssize_t nops  # [init of the submission]
@@ -146,10 +146,7 @@ cdef struct WState:
     zt_thread thread  # [GIL] started by __init__, joined by _stop
     WSub* head  # [mu] the queue
     WSub* tail  # [mu]
-    WSub* dhead  # [mu] queued before the open transaction began, written once it ends
-    WSub* dtail  # [mu]
-    int64_t queued_bytes  # [mu] queued, being written, or deferred
-    int64_t deferred_bytes  # [mu] of those, deferred until the open transaction's end
+    int64_t queued_bytes  # [mu] queued or being written
     int64_t queue_max  # [init]
     int64_t batch_max  # [init]
     # The explicit transaction: `txn` marks what submissions queued now join (0: none; set

@@ -324,10 +324,8 @@ cdef void _writer_main(void* arg) noexcept nogil:
         _finish_batch(w)
     # Stopping: whatever is left could not be written (close() found an explicit transaction
     # open, and rolls it back): it fails.
-    _defer_queued(w)
-    s = w.dhead
-    w.dhead = w.dtail = NULL
-    w.deferred_bytes = 0
+    s = w.head
+    w.head = w.tail = NULL
     while s != NULL:
         nxt = s.next
         s.rc = s.xrc = W_ERR_CLOSED

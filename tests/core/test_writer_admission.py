@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from zarrdb import _core, _pause
+from zarrdb import _core, _pause, errors
 from zarrdb._core import Database, Writer
 
 from .helpers import make_db_file, needs_test_hooks, sqlite_rows
@@ -157,15 +157,15 @@ def test_writes_queued_while_a_transaction_began_are_committed_before_it(writer_
 
 
 @pytest.mark.skipif(not _core._PAUSE_POINTS, reason="pause points: test builds only")
-def test_a_begin_that_writes_keep_coming_to_opens_all_the_same(writer_db):
-    """Each time begin() takes the connection back, another write is queued (as writers that
-    resubmit at once would): after its tries it opens the transaction all the same, and what
-    is queued then is committed after its end, with everything else stored."""
+def test_a_begin_tries_again_once_and_what_comes_meanwhile_joins(writer_db):
+    """Writes that keep coming cannot keep a transaction from opening: once BEGIN has had the
+    lock, what is queued joins the transaction (it is open from that moment), so begin() lets
+    what came before be committed and begins again once at most."""
     writer = Writer(writer_db)
     subs = []
 
     def hook(name: str) -> None:
-        if name == "txn.retry":
+        if name == "txn.retry":  # as writers that resubmit at once would
             subs.append(writer.submit([("set", f"again/{len(subs)}", b"x")], block=False))
 
     began = _BeganBehindALock(writer)
@@ -175,18 +175,72 @@ def test_a_begin_that_writes_keep_coming_to_opens_all_the_same(writer_db):
             lambda: writer.submit([("set", "first", b"1")], block=False)
         )
         _pause.disarm()
-        assert 1 <= len(subs) <= 8, len(subs)  # it tried again a bounded number of times
         assert first.done
-        writer.submit([("set", "inside", b"2")])
-        writer.end(began.token[0], True, began.token)
-        for sub in subs:
-            sub.wait()
+        assert len(subs) == 1 and subs[0].joined
+        writer.end(began.token[0], False, began.token)  # rolled back: what joined it too
     finally:
         _pause.disarm()
         began.let_go()
         writer.close()
-    keys = {k for (k,) in sqlite_rows(writer_db.path, "SELECT k FROM zarr")}
-    assert keys == {"first", "inside"} | {f"again/{i}" for i in range(len(subs))}
+    assert {k for (k,) in sqlite_rows(writer_db.path, "SELECT k FROM zarr")} == {"first"}
+
+
+@pytest.mark.skipif(not _core._PAUSE_POINTS, reason="pause points: test builds only")
+def test_a_transaction_that_cannot_begin_again_leaves_what_joined_it_committed(tmp_path):
+    """Between begin()'s two BEGINs another process takes the lock and keeps it past the busy
+    timeout: begin() fails with DatabaseLockedError, and the write that joined the transaction
+    meanwhile (its caller returned at once) is committed on its own after all."""
+    db = Database(make_db_file(tmp_path / "again.zarrdb", "wal"), busy_timeout=0.5)
+    writer = Writer(db)
+    joined = []
+    second = []
+
+    def hook(name: str) -> None:
+        if name == "txn.retry" and not second:
+            joined.append(writer.submit([("set", "joined", b"2")], block=False))
+            second.append(subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(db.path)],
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                           text=True))  # fmt: skip
+            assert second[0].stdout.readline().strip() == "locked"
+
+    began = _BeganBehindALock(writer)
+    failure: list[BaseException] = []
+
+    def begin() -> None:
+        try:
+            writer.begin(0, began.token)
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            failure.append(exc)
+
+    _pause.arm(hook)
+    try:
+        opener = threading.Thread(target=begin, daemon=True)
+        opener.start()
+        _wait_for(lambda: writer.stats()["held"] == 1, "begin() holding the connection")
+        early = writer.submit([("set", "early", b"1")], block=False)
+        began.let_go()
+        opener.join(10)
+        _pause.disarm()
+        assert not opener.is_alive() and not began.token
+        assert failure and isinstance(failure[0], errors.DatabaseLockedError), failure
+        assert early.done and joined and joined[0].joined
+        second[0].stdin.write("\n")
+        second[0].stdin.flush()
+        second[0].communicate(timeout=10)
+        writer.write([("set", "after", b"3")])  # the writer works on; "joined" went before it
+    finally:
+        _pause.disarm()
+        began.let_go()
+        for proc in second:
+            if proc.poll() is None:
+                proc.stdin.write("\n")
+                proc.stdin.flush()
+                proc.communicate(timeout=10)
+        writer.close()
+        db.close()
+    assert dict(sqlite_rows(db.path, "SELECT k, v FROM zarr")) == {
+        "early": b"1", "joined": b"2", "after": b"3"
+    }
 
 
 def test_a_write_of_a_transaction_is_admitted_beside_what_queued_while_it_began(writer_db):

@@ -23,16 +23,11 @@ import numpy as np
 import pytest
 import zarr
 
-from store._keep_coming import KeepComing
 from store._lock_holder import LockHolder
 from store.helpers import buf
-from zarrdb import SQLiteStore, _core
+from zarrdb import SQLiteStore
 
 JOIN_TIMEOUT = 30  # seconds; a thread still alive after it is a hang, reported as a failure
-
-needs_pause_points = pytest.mark.skipif(
-    not _core._PAUSE_POINTS, reason="the pause points are in test builds only (ZARRDB_TEST_VFS=1)"
-)
 
 
 
@@ -143,22 +138,19 @@ def test_write_queued_while_a_transaction_waits_for_the_lock_is_committed_on_its
     )
 
 
-@needs_pause_points
 @pytest.mark.parametrize("block", ["read", "nothing"])
 def test_the_block_does_not_wait_for_writes_queued_before_it(tmp_path: Path, block: str) -> None:
     """As above, a write from another thread is queued while the transaction's BEGIN waits for
-    another process's lock, and writes keep coming through the begin's tries (KeepComing):
-    the last of them waits for the transaction's end, to be committed on its own. Neither a
+    another process's lock; it is committed on its own before the transaction opens. Neither a
     read inside the block (the session sees its writes: it waits for the transaction's queued
-    writes) nor the block's end may wait for that one too: it would wait for the block's own
-    end."""
+    writes) nor the block's end waits for anything of it (it once waited for the transaction's
+    end, and such a wait would wait for the block's own end)."""
     path = tmp_path / "read-in-block.zarrdb"
     store = SQLiteStore(path, busy_timeout=JOIN_TIMEOUT)
     store.set_sync("before", buf(b"0"))
     writer = store._file().submitter.writer
     holder = LockHolder(path)
     seen: dict[str, object] = {}
-    coming = KeepComing(store, writer)
 
     def transaction() -> None:
         with store.transaction():  # waits for the lock in BEGIN IMMEDIATE
@@ -176,7 +168,6 @@ def test_the_block_does_not_wait_for_writes_queued_before_it(tmp_path: Path, blo
     deadline = time.monotonic() + JOIN_TIMEOUT
     threads = [threading.Thread(target=transaction, daemon=True)]
     try:
-        coming.__enter__()
         threads[0].start()
         while not writer.stats()["held"]:  # the transaction's BEGIN waits for the lock
             assert time.monotonic() < deadline
@@ -189,22 +180,17 @@ def test_the_block_does_not_wait_for_writes_queued_before_it(tmp_path: Path, blo
         holder.release()
         for t in threads:
             t.join(JOIN_TIMEOUT)
-        coming.join(JOIN_TIMEOUT)
-        assert not any(t.is_alive() for t in threads + coming.threads), (
+        assert not any(t.is_alive() for t in threads), (
             f"hung: the block waited for a write queued before the transaction began {seen}"
         )
     finally:
-        coming.__exit__()
         holder.release()
     store.close()
     assert seen["committed"] and seen["outside"]
-    assert coming.keys and all(coming.outcomes[k] == "committed" for k in coming.keys)
     got = reopened(path)
     assert got["outside"] == b"queued before the transaction began"
-    assert all(got[k] == b"again" for k in coming.keys)
     if block == "read":
-        # Committed before the transaction opened: all but the last, which waits for its end.
-        assert seen["sizes"] == {"before": 1, "outside": 35} | {k: 5 for k in coming.keys[:-1]}
+        assert seen["sizes"] == {"before": 1, "outside": 35}  # committed before it opened
         assert seen["value"] == b"in the block"
         assert got["txn/x"] == b"in the block"
 
