@@ -173,6 +173,11 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
             # would land after those: one caller's writes out of order.)
             while True:
                 began = self.db._begin_if_needed(S_BEGIN_WRITE)
+                # BEGIN's wait for the lock runs no signal handler: a Ctrl-C that came meanwhile
+                # is raised here, before the transaction opens (what joined it is then given
+                # back to be committed on its own, below), not once its level is open, where
+                # abandoning it would roll back writes whose callers were told they are written.
+                PyErr_CheckSignals()
                 level.token = token
                 level.depth = depth
                 self._stack.append(level)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sqlite3
 import threading
 import time
@@ -25,7 +26,7 @@ import zarr
 
 from store._lock_holder import LockHolder
 from store.helpers import buf
-from zarrdb import SQLiteStore
+from zarrdb import SQLiteStore, _core, _pause
 
 JOIN_TIMEOUT = 30  # seconds; a thread still alive after it is a hang, reported as a failure
 
@@ -193,6 +194,76 @@ def test_the_block_does_not_wait_for_writes_queued_before_it(tmp_path: Path, blo
         assert seen["sizes"] == {"before": 1, "outside": 35}  # committed before it opened
         assert seen["value"] == b"in the block"
         assert got["txn/x"] == b"in the block"
+
+
+@pytest.mark.skipif(
+    not _core._PAUSE_POINTS or not hasattr(signal, "setitimer"),
+    reason="pause points (test builds only) and POSIX interval timers",
+)
+def test_ctrl_c_as_a_transaction_begins_again_keeps_the_writes_that_joined_it(
+    tmp_path: Path,
+) -> None:
+    """The block's BEGIN has had the lock, found a write queued while it waited, and begins
+    again once that is committed; meanwhile other threads' writes join the transaction and
+    return, and another process takes the lock, so the second BEGIN waits; Ctrl-C comes then.
+    The block is never entered: the KeyboardInterrupt must come before the transaction opens,
+    and the joined writes be committed on their own (raised once it was open, its rollback
+    took them: acknowledged, then lost)."""
+    path = tmp_path / "interrupted-begin.zarrdb"
+    store = SQLiteStore(path, busy_timeout=JOIN_TIMEOUT)
+    store.set_sync("before", buf(b"0"))
+    writer = store._file().submitter.writer
+    first = LockHolder(path)
+    second: list[LockHolder] = []
+    outcome: dict[str, object] = {}
+    entered: list[bool] = []
+
+    def write(key: str) -> None:
+        try:
+            store.set_sync(key, buf(key.encode()))
+            outcome[key] = "ok"
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            outcome[key] = exc
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    def hook(name: str) -> None:
+        if name != "txn.retry" or second:
+            return
+        _pause.disarm()
+        second.append(LockHolder(path))  # the second BEGIN waits for this one
+        run_threads([lambda i=i: write(f"joined/{i}") for i in range(3)])  # they return at once
+        threading.Timer(0.6, second[0].let_go).start()
+        signal.setitimer(signal.ITIMER_REAL, 0.2)  # Ctrl-C during that wait
+
+    early = threading.Thread(target=write, args=("early",), daemon=True)
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    _pause.arm(hook)
+    try:
+        opener = threading.Timer(0.3, first.let_go)
+        opener.start()
+        early_starter = threading.Timer(0.1, early.start)
+        early_starter.start()
+        with pytest.raises(KeyboardInterrupt):
+            with store.transaction():  # waits for `first`, then for `second`
+                entered.append(True)
+        early.join(JOIN_TIMEOUT)
+    finally:
+        _pause.disarm()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        first.release()
+        for holder in second:
+            holder.release()
+    assert writer.stats()["held"] == 0
+    store.close()
+    assert second, "the transaction never began again"
+    assert not entered
+    assert all(outcome[k] == "ok" for k in ("early", "joined/0", "joined/1", "joined/2")), outcome
+    got = reopened(path)
+    for key in ("early", "joined/0", "joined/1", "joined/2"):
+        assert got.get(key) == key.encode(), f"{key} was acknowledged, then lost: {got}"
 
 
 # --- the rule -------------------------------------------------------------------------------
