@@ -328,7 +328,7 @@ cdef class Writer:
                     if joined:
                         s.port = NULL  # nobody waits for it: see _unpin
                     _enqueue_ready(w, s)
-                    if s.hinted and s.txn == 0 and w.unsignaled_bytes + nbytes < w.signal_bytes:
+                    if s.hinted and not joined and w.unsignaled_bytes + nbytes < w.signal_bytes:
                         w.unsignaled_bytes += nbytes  # its loop's flush() wakes the thread
                     else:
                         w.unsignaled_bytes = 0

@@ -15,6 +15,7 @@ cdef enum:
 
 cdef int64_t _next_level_serial = 0
 
+
 cdef class Level:
     """One level of an explicit transaction: the writer it is opened on (its store's open file,
     kept for good: after close() or fork() the level cannot be written any more), `owner` (what
@@ -185,15 +186,14 @@ cdef int _open_level(Writer self, Level level, Level parent) except -1:
                 with nogil:
                     zt_mutex_lock(&w.mu)
                     retry = not joining and w.head != NULL
+                    w.txn = token  # what is queued from now on joins it
                     if retry:
                         joining = True
                         before = w.tail.seq  # the last write that came before
-                        w.txn = token
                     else:
                         # The mark: the connection is in the transaction (nothing that came
                         # before it is queued any more).
                         w.txn_level = level.serial
-                        w.txn = token
                         w.txn_open = True
                         w.txn_pending = False
                         zt_cond_broadcast(&w.done)

@@ -85,6 +85,21 @@ def _wait_for(condition, what: str) -> None:
         time.sleep(0.005)
 
 
+class _HeldLock:
+    """Another process holding the file's write lock (_HOLD_LOCK) until let_go()."""
+
+    def __init__(self, path) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(path)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "locked"
+
+    def let_go(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.write("\n")
+            self.proc.stdin.flush()
+            self.proc.communicate(timeout=10)
+
+
 class _BeganBehindALock:
     """A transaction whose begin() waits for another process's lock while the test queues
     writes: `queue_while_waiting(fn)` runs fn with begin() holding the connection, then lets
@@ -93,9 +108,7 @@ class _BeganBehindALock:
     def __init__(self, writer: Writer) -> None:
         self.writer = writer
         self.token: list[int] = []
-        self.holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(writer.path)],
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert self.holder.stdout.readline().strip() == "locked"
+        self.holder = _HeldLock(writer.path)
 
     def queue_while_waiting(self, fn):
         opener = threading.Thread(target=self.writer.begin, args=(0, self.token), daemon=True)
@@ -108,10 +121,7 @@ class _BeganBehindALock:
         return queued
 
     def let_go(self) -> None:
-        if self.holder.poll() is None:
-            self.holder.stdin.write("\n")
-            self.holder.stdin.flush()
-            self.holder.communicate(timeout=10)
+        self.holder.let_go()
 
 
 def test_writes_queued_while_a_transaction_began_keep_their_order(writer_db):
@@ -198,10 +208,7 @@ def test_a_transaction_that_cannot_begin_again_leaves_what_joined_it_committed(t
     def hook(name: str) -> None:
         if name == "txn.retry" and not second:
             joined.append(writer.submit([("set", "joined", b"2")], block=False))
-            second.append(subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(db.path)],
-                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                           text=True))  # fmt: skip
-            assert second[0].stdout.readline().strip() == "locked"
+            second.append(_HeldLock(db.path))
 
     began = _BeganBehindALock(writer)
     failure: list[BaseException] = []
@@ -224,18 +231,13 @@ def test_a_transaction_that_cannot_begin_again_leaves_what_joined_it_committed(t
         assert not opener.is_alive() and not began.token
         assert failure and isinstance(failure[0], errors.DatabaseLockedError), failure
         assert early.done and joined and joined[0].joined
-        second[0].stdin.write("\n")
-        second[0].stdin.flush()
-        second[0].communicate(timeout=10)
+        second[0].let_go()
         writer.write([("set", "after", b"3")])  # the writer works on; "joined" went before it
     finally:
         _pause.disarm()
         began.let_go()
-        for proc in second:
-            if proc.poll() is None:
-                proc.stdin.write("\n")
-                proc.stdin.flush()
-                proc.communicate(timeout=10)
+        for held in second:
+            held.let_go()
         writer.close()
         db.close()
     assert dict(sqlite_rows(db.path, "SELECT k, v FROM zarr")) == {

@@ -90,16 +90,17 @@ ANY_POINT = st.sampled_from(POINTS + MARKS)
 # What a caller may wait for: the moments where the write path holds something others need.
 MILESTONE = st.sampled_from([
     "txn.begin", "txn.end", "writer.take", "writer.commit", "submit.queued", "submit.full",
-    "burst.backlog", "close", "writing.close", "connections.close", "settle",
+    "burst.backlog", "close", "writing.close", "connections.close", "settle", "txn.retry",
 ])  # fmt: skip
 # Where a fork may find another thread of the parent: holding the store's lock (closing), the
 # connection (a level opening or ending), the queue.
 # Where another process may open the file and write: in the middle of closing, of a commit,
-# of a switch out of WAL mode (a point of the guarded VFS, test builds), of an open's switch.
+# of a switch out of WAL mode (a point of the guarded VFS, test builds), of an open's switch,
+# between a transaction's two BEGINs (txn.retry: it let the lock go for what came before).
 OPENER_POINT = st.sampled_from([
     "close", "connections.close", "writing.close", "close.switched", "close.done",
     "writer.commit", "writer.committed", "txn.begin", "open.switch", "vfs.relock_after_wal",
-    "open.beside",
+    "open.beside", "txn.retry",
 ])  # fmt: skip
 # Where the other process, kept open after its write, closes (leaving WAL mode if it is the
 # last out): in the middle of an open (after it sized the files beside the database, or in its
@@ -111,6 +112,7 @@ OPENER_UNTIL = st.one_of(st.none(), st.tuples(st.sampled_from([
 FORK_POINT = st.sampled_from([
     "connections.close", "writing.close", "close", "writer.close", "txn.begin", "txn.end",
     "writer.take", "writer.commit", "submit.queued", "submit.full", "burst.backlog", "settle",
+    "txn.retry",
 ])  # fmt: skip
 # The shapes a program may start from (ScheduleExplorer.shape_*), each explored with its own
 # share of the budget (a shape drawn among others came up in runs, some hardly at all).
